@@ -1,0 +1,1 @@
+"""Activity implementations and the storage / model code they drive."""

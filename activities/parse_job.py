@@ -1,0 +1,64 @@
+"""Parser subprocess: `python -m activities.parse_job REQUEST_JSON`.
+
+Parsing untrusted files runs here, not in the worker: a file that crashes the PDF engine or
+eats memory kills this process (capped by RLIMIT_AS), and the worker reports a clean error.
+Prints one JSON line: {"ok": ParseResult} or {"error": {"kind", "message"}}.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from knowledgeops.models import ChunkingOptions
+
+EXIT_DOCUMENT_ERROR = 3
+
+
+class ParseJob(BaseModel):
+    path: str
+    filename: str
+    document_id: str
+    chunks_dir: str
+    chunking: ChunkingOptions
+    memory_mb: int
+
+
+def main() -> int:
+    job = ParseJob.model_validate_json(sys.argv[1])
+    limit = job.memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    from activities.chunking import parse_and_chunk
+    from activities.errors import DocumentError
+
+    try:
+        result = parse_and_chunk(
+            Path(job.path), job.filename, job.document_id, Path(job.chunks_dir), job.chunking
+        )
+    except DocumentError as e:
+        print(json.dumps({"error": {"kind": e.kind, "message": e.message}}))
+        return EXIT_DOCUMENT_ERROR
+    except MemoryError:
+        print(
+            json.dumps(
+                {
+                    "error": {
+                        "kind": "DocumentTooComplex",
+                        "message": f"{job.filename} needs more than the parser's memory limit "
+                        f"of {job.memory_mb} MB (PARSER_MEMORY_MB)",
+                    }
+                }
+            )
+        )
+        return EXIT_DOCUMENT_ERROR
+    print(json.dumps({"ok": result.model_dump()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Run the parser subprocess (activities.parse_job) and interpret its outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from activities.errors import DocumentError
+from activities.parse_job import EXIT_DOCUMENT_ERROR, ParseJob
+from knowledgeops.models import ChunkingOptions, ParseResult
+
+
+class ParserFailedError(RuntimeError):
+    """The parser process failed for a reason that is not the document's fault."""
+
+
+async def run_parse(
+    path: Path,
+    filename: str,
+    document_id: str,
+    chunks_dir: Path,
+    chunking: ChunkingOptions,
+    memory_mb: int,
+) -> ParseResult:
+    job = ParseJob(
+        path=str(path),
+        filename=filename,
+        document_id=document_id,
+        chunks_dir=str(chunks_dir),
+        chunking=chunking,
+        memory_mb=memory_mb,
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "activities.parse_job",
+        job.model_dump_json(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await proc.communicate()
+    except asyncio.CancelledError:
+        # The activity was cancelled or timed out: the parser must not outlive it.
+        proc.kill()
+        await proc.wait()
+        raise
+    rc = proc.returncode or 0
+    last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
+    if rc == 0 or rc == EXIT_DOCUMENT_ERROR:
+        msg = json.loads(last[0])
+        if "ok" in msg:
+            return ParseResult.model_validate(msg["ok"])
+        raise DocumentError(msg["error"]["kind"], msg["error"]["message"])
+    tail = err.decode(errors="replace").strip()[-800:]
+    if rc < 0 and -rc in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL):
+        # The document crashed the parsing engine or hit the memory cap: retrying won't help.
+        raise DocumentError(
+            "ParserCrashed",
+            f"{filename or path.name} crashed the parser ({signal.Signals(-rc).name}); "
+            "the file is likely malformed or hostile",
+        )
+    if "MemoryError" in tail:
+        raise DocumentError(
+            "DocumentTooComplex",
+            f"{filename or path.name} needs more than the parser memory limit of {memory_mb} MB "
+            "(PARSER_MEMORY_MB)",
+        )
+    raise ParserFailedError(f"parser exited with code {rc}: {tail}")

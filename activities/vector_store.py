@@ -1,0 +1,266 @@
+"""The Qdrant index of chunks: embedded local mode by default, a server when QDRANT_URL is set.
+
+Point ids are derived from (document id, chunk index), so writing a chunk twice overwrites it
+instead of duplicating it. Each point stores the chunk's content hash, which lets a resumed or
+repeated import skip chunks whose embedding is already stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from qdrant_client import QdrantClient, models
+
+from activities.chunk_store import Chunk
+from activities.embedding import slug
+from knowledgeops.settings import Settings
+
+T = TypeVar("T")
+_POINT_NAMESPACE = uuid.UUID("5b0a6f5e-8d1c-4a53-9a3e-6f1f0c2d7e11")
+
+
+def point_id(document_id: str, chunk_index: int) -> str:
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{document_id}\x00{chunk_index}"))
+
+
+@dataclass(frozen=True)
+class Hit:
+    score: float
+    document_id: str
+    chunk_index: int
+    text: str
+    page: int | None
+    heading: str | None
+    title: str | None
+    filename: str | None
+
+
+class QdrantLockedError(RuntimeError):
+    pass
+
+
+class VectorStore:
+    """Async facade over the sync client; calls run in a thread so the event loop keeps
+    heartbeating. Local mode is single-process and not thread-safe, hence the lock."""
+
+    def __init__(self, client: QdrantClient, *, local: bool) -> None:
+        self._client = client
+        self._local = local
+        self._lock = threading.Lock()
+        self._ready: set[str] = set()
+
+    @classmethod
+    def open(cls, settings: Settings) -> VectorStore:
+        if settings.qdrant_url:
+            client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
+            return cls(client, local=False)
+        path: Path = settings.qdrant_path
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            client = QdrantClient(path=str(path))
+        except RuntimeError as e:
+            if "already accessed" in str(e):
+                raise QdrantLockedError(
+                    f"The local Qdrant index at {path} is held by another process (the running "
+                    "worker / `knowledgeops dev`). Search through that process's API, or set "
+                    "QDRANT_URL to use a Qdrant server shared by all processes."
+                ) from None
+            raise
+        return cls(client, local=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._client.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        def locked() -> T:
+            with self._lock:
+                return fn(*args, **kwargs)
+
+        # If the caller is cancelled mid-write, wait for the write to land before re-raising,
+        # so cleanup that follows a cancellation never races a write still in flight.
+        task = asyncio.ensure_future(asyncio.to_thread(locked))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            raise
+
+    @staticmethod
+    def collection_name(model_id: str) -> str:
+        # One collection per embedding model: vectors of different models never mix.
+        return f"chunks_{slug(model_id)}"
+
+    async def _ensure(self, collection: str, dimension: int) -> None:
+        if collection in self._ready:
+            return
+
+        def create() -> None:
+            if not self._client.collection_exists(collection):
+                self._client.create_collection(
+                    collection,
+                    vectors_config=models.VectorParams(
+                        size=dimension, distance=models.Distance.COSINE
+                    ),
+                )
+                if not self._local:  # local mode has no payload indexes
+                    for field, schema in (
+                        ("document_id", models.PayloadSchemaType.KEYWORD),
+                        ("chunk_index", models.PayloadSchemaType.INTEGER),
+                    ):
+                        self._client.create_payload_index(collection, field, schema)
+
+        await self._run(create)
+        self._ready.add(collection)
+
+    async def _exists(self, collection: str) -> bool:
+        if collection in self._ready:
+            return True
+        return await self._run(self._client.collection_exists, collection)
+
+    async def stored_fingerprints(
+        self, collection: str, document_id: str, indices: Sequence[int]
+    ) -> dict[int, tuple[str, str]]:
+        """chunk index -> (content hash, metadata hash) of points already stored."""
+        if not indices or not await self._exists(collection):
+            return {}
+        ids = [point_id(document_id, i) for i in indices]
+        records = await self._run(
+            self._client.retrieve, collection, ids, with_payload=["chunk_index", "h", "mh"]
+        )
+        return {
+            int(r.payload["chunk_index"]): (str(r.payload.get("h")), str(r.payload.get("mh")))
+            for r in records
+            if r.payload
+        }
+
+    async def upsert(
+        self,
+        collection: str,
+        document_id: str,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Sequence[float]],
+        meta: dict[str, Any],
+        meta_hash: str,
+    ) -> None:
+        if not chunks:
+            return
+        await self._ensure(collection, len(vectors[0]))
+        points = [
+            models.PointStruct(
+                id=point_id(document_id, c.index),
+                vector=list(v),
+                payload={
+                    **meta,
+                    "document_id": document_id,
+                    "chunk_index": c.index,
+                    "text": c.text,
+                    "page": c.page,
+                    "heading": c.heading,
+                    "h": c.content_hash,
+                    "mh": meta_hash,
+                },
+            )
+            for c, v in zip(chunks, vectors, strict=True)
+        ]
+        await self._run(self._client.upsert, collection, points, wait=True)
+
+    async def set_metadata(
+        self,
+        collection: str,
+        document_id: str,
+        indices: Sequence[int],
+        meta: dict[str, Any],
+        meta_hash: str,
+    ) -> None:
+        if not indices:
+            return
+        await self._run(
+            self._client.set_payload,
+            collection,
+            {**meta, "mh": meta_hash},
+            [point_id(document_id, i) for i in indices],
+            wait=True,
+        )
+
+    @staticmethod
+    def _doc_filter(document_id: str, from_index: int | None = None) -> models.Filter:
+        must: list[models.Condition] = [
+            models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))
+        ]
+        if from_index is not None:
+            must.append(
+                models.FieldCondition(key="chunk_index", range=models.Range(gte=from_index))
+            )
+        return models.Filter(must=must)
+
+    async def count(self, collection: str, document_id: str | None = None) -> int:
+        if not await self._exists(collection):
+            return 0
+        flt = self._doc_filter(document_id) if document_id else None
+        res = await self._run(self._client.count, collection, count_filter=flt, exact=True)
+        return int(res.count)
+
+    async def delete_document(
+        self, collection: str, document_id: str, from_index: int | None = None
+    ) -> int:
+        """Delete a document's points (those at or after `from_index` if given)."""
+        if not await self._exists(collection):
+            return 0
+        flt = self._doc_filter(document_id, from_index)
+
+        def delete() -> int:
+            n = self._client.count(collection, count_filter=flt, exact=True).count
+            if n:
+                self._client.delete(collection, models.FilterSelector(filter=flt), wait=True)
+            return int(n)
+
+        return await self._run(delete)
+
+    async def collections(self) -> list[str]:
+        res = await self._run(self._client.get_collections)
+        return [c.name for c in res.collections]
+
+    async def search(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        limit: int,
+        document_id: str | None = None,
+    ) -> list[Hit]:
+        if not await self._exists(collection):
+            return []
+        flt = self._doc_filter(document_id) if document_id else None
+        res = await self._run(
+            partial(
+                self._client.query_points,
+                collection,
+                query=list(vector),
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+            )
+        )
+        hits = []
+        for p in res.points:
+            pl = p.payload or {}
+            hits.append(
+                Hit(
+                    score=float(p.score),
+                    document_id=str(pl.get("document_id")),
+                    chunk_index=int(pl.get("chunk_index", -1)),
+                    text=str(pl.get("text", "")),
+                    page=pl.get("page"),
+                    heading=pl.get("heading"),
+                    title=pl.get("title"),
+                    filename=pl.get("filename"),
+                )
+            )
+        return hits

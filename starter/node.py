@@ -1,0 +1,171 @@
+"""Run a worker process: Temporal workers plus, when it owns the embedded index, the API.
+
+Embedded Qdrant allows one process per storage folder, so the process that writes the index
+(the worker) is also the one that answers searches. With QDRANT_URL set, any number of
+workers and API processes can run side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import uvicorn
+
+from activities.embedding import make_embedder
+from activities.vector_store import VectorStore
+from knowledgeops.settings import Settings, SettingsError, load_settings
+from knowledgeops.temporal import connect, ensure_search_attributes
+from starter.api import Runtime, create_app
+from starter.dev_server import TemporalDevServer
+from worker import build_workers
+
+log = logging.getLogger("knowledgeops")
+
+
+class _QuietSignalsServer(uvicorn.Server):
+    # We own SIGINT/SIGTERM for the whole process and stop uvicorn ourselves.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run_node(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    serve_api: bool,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    client = await connect(settings)
+    await ensure_search_attributes(client, settings.temporal_namespace)
+    store = VectorStore.open(settings)
+    embedder = make_embedder(settings)
+    workers = build_workers(client, settings, store, embedder)
+    api: _QuietSignalsServer | None = None
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    if serve_api:
+        app = create_app(Runtime(settings=settings, store=store, embedder=embedder))
+        api = _QuietSignalsServer(
+            uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+        )
+        tasks.append(asyncio.create_task(api.serve()))
+    if on_ready:
+        on_ready()
+    try:
+        done, _ = await asyncio.wait(
+            [*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        for t in done:
+            if t in tasks and t.exception() is not None:
+                raise RuntimeError(f"a component stopped unexpectedly: {t.exception()}")
+    finally:
+        if api is not None:
+            api.should_exit = True
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        store.close()
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("httpx", "temporalio.activity", "temporalio.workflow"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_standalone_worker(serve_api: bool | None = None) -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as e:
+        print(e)
+        return 2
+    _configure_logging()
+    serve = (not settings.qdrant_url) if serve_api is None else serve_api
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await run_node(
+            settings,
+            stop,
+            serve_api=serve,
+            on_ready=lambda: log.info(
+                "worker ready on %s%s",
+                settings.temporal_address,
+                f"; API on {settings.resolved_api_url}" if serve else "",
+            ),
+        )
+
+    asyncio.run(main())
+    return 0
+
+
+def dev_server_for(settings: Settings) -> TemporalDevServer:
+    host, _, port = settings.temporal_address.rpartition(":")
+    return TemporalDevServer(
+        host=host or "localhost",
+        port=int(port),
+        db_file=settings.temporal_db,
+        log_file=Path(settings.data_dir) / "logs" / "temporal.log",
+    )
+
+
+def run_dev(settings: Settings) -> int:
+    """Temporal dev server + worker + API in one command; Ctrl-C / SIGTERM stops all."""
+    _configure_logging()
+    server = dev_server_for(settings)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        server.start()
+        try:
+            await server.wait_ready()
+
+            def ready() -> None:
+                print(
+                    "\nknowledgeops is running\n"
+                    f"  Temporal:      {server.address}\n"
+                    f"  Web UI:        {server.ui_url}\n"
+                    f"  API:           {settings.resolved_api_url}  (docs at /docs)\n"
+                    f"  Data:          {Path(settings.data_dir).resolve()}\n"
+                    "Import with `knowledgeops import FILE --follow`; Ctrl-C stops everything.\n",
+                    flush=True,
+                )
+
+            await run_node(settings, stop, serve_api=True, on_ready=ready)
+        finally:
+            server.stop()
+            print("knowledgeops stopped.", flush=True)
+
+    asyncio.run(main())
+    return 0
+
+
+def run_server(settings: Settings) -> int:
+    """Only the Temporal dev server, configured as `dev` configures it."""
+    server = dev_server_for(settings)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        server.start()
+        try:
+            await server.wait_ready()
+            print(f"Temporal dev server on {server.address}, Web UI {server.ui_url}", flush=True)
+            await stop.wait()
+        finally:
+            server.stop()
+
+    asyncio.run(main())
+    return 0

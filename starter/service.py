@@ -1,0 +1,279 @@
+"""TaskQueueService: the one way app code starts, inspects and cancels work.
+
+Temporal is the source of truth for task state: status is read from the workflow execution
+(description, memo, pending activities' heartbeat details), never from a second job table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities import file_store
+from knowledgeops.models import DocumentImportPayload, DocumentMetadata, EmbedCheckpoint
+from knowledgeops.settings import Settings
+from knowledgeops.task_types import (
+    TASK_TYPE_SEARCH_ATTRIBUTE,
+    TaskNotImplementedError,
+    TaskType,
+    spec_for,
+)
+
+_STATUS = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "running",
+}
+FINISHED = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out"})
+
+
+class TaskRef(BaseModel):
+    job_id: str
+    run_id: str | None
+    task_type: TaskType
+    document_id: str | None = None
+
+
+class JobProgress(BaseModel):
+    stage: str
+    total: int | None = None
+    done: int = 0
+    percent: float | None = None
+    eta_seconds: float | None = None
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    task_type: str | None
+    status: str
+    progress: JobProgress
+    attempts: int = 0
+    last_error: str | None = None
+    started_at: datetime | None = None
+    closed_at: datetime | None = None
+    result: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class JobNotFoundError(LookupError):
+    pass
+
+
+class JobFinishedError(RuntimeError):
+    pass
+
+
+class PayloadInvalidError(ValueError):
+    pass
+
+
+def derive_document_id(file_id: str) -> str:
+    # Same bytes -> same document: re-importing a file updates it instead of adding a copy.
+    return "doc-" + file_id[:32]
+
+
+def _error_text(err: BaseException) -> str:
+    """The innermost cause, as `Type: message`, which is what a user can act on."""
+    while isinstance(err, FailureError) and err.cause is not None:
+        err = err.cause
+    if isinstance(err, ApplicationError) and err.type:
+        return f"{err.type}: {err.message}"
+    return str(getattr(err, "message", err))
+
+
+class TaskQueueService:
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    async def enqueue(
+        self,
+        task_type: TaskType | str,
+        payload: BaseModel | dict[str, Any],
+        *,
+        job_id: str | None = None,
+    ) -> TaskRef:
+        spec = spec_for(task_type)
+        if not spec.implemented or spec.workflow is None:
+            raise TaskNotImplementedError(
+                f"Task type {spec.task_type} is registered but has no workflow yet; "
+                "it cannot be started"
+            )
+        try:
+            model = spec.payload_model.model_validate(
+                payload.model_dump() if isinstance(payload, BaseModel) else payload
+            )
+        except ValidationError as e:
+            fields = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+            )
+            raise PayloadInvalidError(f"Invalid {spec.task_type} payload: {fields}") from None
+        job_id = job_id or f"{spec.task_type.value.lower()}-{uuid.uuid4().hex}"
+        handle = await self.client.start_workflow(
+            spec.workflow,
+            model,
+            id=job_id,
+            task_queue=self.settings.queue(spec.task_queue.value),
+            execution_timeout=spec.execution_timeout,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
+            ),
+            # A duplicate submission while the job runs joins it; a finished job may run again.
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+        return TaskRef(
+            job_id=handle.id,
+            run_id=handle.result_run_id,
+            task_type=spec.task_type,
+            document_id=getattr(model, "document_id", None),
+        )
+
+    async def import_file(
+        self,
+        path: Path,
+        *,
+        document_id: str | None = None,
+        metadata: DocumentMetadata | None = None,
+    ) -> TaskRef:
+        """Store a local file (streamed, hashed) and start its DOCUMENT_IMPORT."""
+        file_id = await asyncio.to_thread(
+            file_store.store_path, self.settings.files_dir, path, self.settings.max_file_bytes
+        )
+        return await self.import_stored(
+            file_id, filename=path.name, document_id=document_id, metadata=metadata
+        )
+
+    async def import_stored(
+        self,
+        file_id: str,
+        *,
+        filename: str,
+        document_id: str | None = None,
+        metadata: DocumentMetadata | None = None,
+    ) -> TaskRef:
+        doc_id = document_id or derive_document_id(file_id)
+        payload = DocumentImportPayload(
+            file_id=file_id,
+            document_id=doc_id,
+            filename=filename,
+            metadata=metadata or DocumentMetadata(),
+            chunking={
+                "chunk_tokens": self.settings.chunk_tokens,
+                "overlap_tokens": self.settings.chunk_overlap,
+            },
+            embed_batch_size=self.settings.embedding_batch_size,
+        )
+        # One job id per document serialises imports of the same document.
+        return await self.enqueue(TaskType.DOCUMENT_IMPORT, payload, job_id=f"import-{doc_id}")
+
+    async def _describe(self, job_id: str) -> WorkflowExecutionDescription:
+        try:
+            return await self.client.get_workflow_handle(job_id).describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise JobNotFoundError(f"No job with id {job_id!r}") from None
+            raise
+
+    async def get_status(self, job_id: str) -> JobStatus:
+        desc = await self._describe(job_id)
+        memo = await desc.memo()
+        stage = str(memo.get("stage", "pending"))
+        total = memo.get("total_chunks")
+        status = _STATUS.get(desc.status, "running") if desc.status else "running"
+        done = 0
+        attempts = 0
+        last_error: str | None = None
+        any_started = False
+        for pa in desc.raw_description.pending_activities:
+            attempts = max(attempts, pa.attempt)
+            if pa.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+                any_started = True
+            if pa.HasField("last_failure") and pa.last_failure.message:
+                last_error = pa.last_failure.message
+            if pa.activity_type.name == "embed_and_upsert" and pa.heartbeat_details.payloads:
+                details = await self.client.data_converter.decode(pa.heartbeat_details.payloads)
+                try:
+                    done = EmbedCheckpoint.model_validate(details[0]).next_index
+                except (ValidationError, IndexError):
+                    done = 0
+        if status == "running" and stage in ("pending", "parsing") and not any_started:
+            # Pending until a worker has picked up the first activity.
+            status = "pending" if attempts <= 1 else "running"
+        result: dict[str, Any] | None = None
+        if status == "completed":
+            value = await self.client.get_workflow_handle(job_id).result()
+            result = value if isinstance(value, dict) else None
+            total = (result or {}).get("total_chunks", total)
+            done = total or 0
+        elif status == "failed":
+            try:
+                await self.client.get_workflow_handle(job_id).result()
+            except WorkflowFailureError as e:
+                last_error = _error_text(e)
+        started = desc.start_time
+        return JobStatus(
+            job_id=job_id,
+            task_type=desc.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE),
+            status=status,
+            progress=_progress(stage, total, done, started),
+            attempts=attempts,
+            last_error=last_error,
+            started_at=started,
+            closed_at=desc.close_time,
+            result=result,
+        )
+
+    async def cancel(self, job_id: str) -> None:
+        current = await self.get_status(job_id)
+        if current.finished:
+            raise JobFinishedError(f"Job {job_id} already finished ({current.status})")
+        await self.client.get_workflow_handle(job_id).cancel()
+
+    async def wait(self, job_id: str, poll: float = 0.5, timeout: float | None = None) -> JobStatus:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            st = await self.get_status(job_id)
+            if st.finished:
+                return st
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError(f"job {job_id} still {st.status} after {timeout}s")
+            await asyncio.sleep(poll)
+
+
+def _progress(stage: str, total: Any, done: int, started: datetime | None) -> JobProgress:
+    total_i = int(total) if isinstance(total, int | float) else None
+    percent = eta = None
+    if total_i:
+        percent = round(100.0 * done / total_i, 1)
+        if started is not None and 0 < done < total_i:
+            elapsed = (datetime.now(UTC) - started).total_seconds()
+            eta = round(elapsed * (total_i - done) / done, 1)
+    return JobProgress(stage=stage, total=total_i, done=done, percent=percent, eta_seconds=eta)
