@@ -18,8 +18,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(default=Path("./data"), alias="KNOWLEDGEOPS_DATA_DIR")
-    # Prefixed to every task queue name; lets tests and parallel setups share one server.
-    queue_prefix: str = Field(default="", alias="KNOWLEDGEOPS_QUEUE_PREFIX")
+    # Prefixed to every task queue and job (workflow) id, so several deployments or test runs
+    # can share one Temporal namespace without seeing each other's work.
+    prefix: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,40}$", alias="KNOWLEDGEOPS_PREFIX")
 
     temporal_address: str = Field(default="localhost:7233", alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
@@ -78,7 +79,10 @@ class Settings(BaseSettings):
         return self.api_url or f"http://{self.api_host}:{self.api_port}"
 
     def queue(self, name: str) -> str:
-        return f"{self.queue_prefix}{name}"
+        return f"{self.prefix}{name}"
+
+    def job_id(self, name: str) -> str:
+        return f"{self.prefix}{name}"
 
 
 class SettingsError(RuntimeError):

@@ -100,7 +100,7 @@ def derive_document_id(file_id: str) -> str:
 
 def _error_text(err: BaseException) -> str:
     """The innermost cause, as `Type: message`, which is what a user can act on."""
-    while isinstance(err, FailureError) and err.cause is not None:
+    while isinstance(err, FailureError | WorkflowFailureError) and err.cause is not None:
         err = err.cause
     if isinstance(err, ApplicationError) and err.type:
         return f"{err.type}: {err.message}"
@@ -134,7 +134,9 @@ class TaskQueueService:
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
             )
             raise PayloadInvalidError(f"Invalid {spec.task_type} payload: {fields}") from None
-        job_id = job_id or f"{spec.task_type.value.lower()}-{uuid.uuid4().hex}"
+        job_id = self.settings.job_id(
+            job_id or f"{spec.task_type.value.lower()}-{uuid.uuid4().hex}"
+        )
         handle = await self.client.start_workflow(
             spec.workflow,
             model,

@@ -1,0 +1,115 @@
+"""Shared test environment: one real Temporal dev server per session; per test a fresh data
+directory (so a fresh embedded Qdrant) and fresh task queues, as sdk-python's tests do."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.embedding import Embedder, make_embedder
+from activities.vector_store import VectorStore
+from knowledgeops.settings import Settings
+from knowledgeops.temporal import connect
+from starter.dev_server import TemporalDevServer, free_port
+from starter.service import TaskQueueService
+from tests.fake_openai import FakeOpenAI
+from worker import build_workers
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalDevServer]:
+    logs = tmp_path_factory.mktemp("temporal")
+    server = TemporalDevServer(
+        host="127.0.0.1",
+        port=free_port(),
+        db_file=None,
+        log_file=logs / "temporal.log",
+        headless=True,
+    )
+    server.start()
+    try:
+        asyncio.run(server.wait_ready())
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def settings(temporal_server: TemporalDevServer, tmp_path: Path) -> Settings:
+    return Settings(
+        KNOWLEDGEOPS_DATA_DIR=tmp_path / "data",
+        KNOWLEDGEOPS_PREFIX=f"t{uuid.uuid4().hex[:8]}-",
+        TEMPORAL_ADDRESS=temporal_server.address,
+        CHUNK_TOKENS=64,
+        CHUNK_OVERLAP=8,
+        API_PORT=free_port(),
+    )
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def openai_settings(settings: Settings, fake: FakeOpenAI, **overrides: object) -> Settings:
+    return settings.model_copy(
+        update={
+            "embedding_provider": "openai",
+            "embedding_model": "fake-embed",
+            "openai_base_url": fake.base_url,
+            "openai_api_key": fake.api_key,
+            "openai_timeout_seconds": 2.0,
+            "embedding_batch_size": 16,
+            **overrides,
+        }
+    )
+
+
+@dataclass
+class Env:
+    client: Client
+    settings: Settings
+    service: TaskQueueService
+    store: VectorStore
+    embedder: Embedder
+
+    async def points(self, document_id: str | None = None) -> int:
+        collection = VectorStore.collection_name(self.embedder.model_id)
+        return await self.store.count(collection, document_id)
+
+
+@asynccontextmanager
+async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterator[Env]:
+    """Client, service, the index and (optionally) an in-process worker for these settings."""
+    client = await connect(settings)
+    store = VectorStore.open(settings)
+    embedder = make_embedder(settings)
+    env = Env(client, settings, TaskQueueService(client, settings), store, embedder)
+    workers = build_workers(client, settings, store, embedder) if worker else []
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield env
+    finally:
+        await asyncio.gather(*(w.shutdown() for w in workers))
+        await asyncio.gather(*tasks, return_exceptions=True)
+        store.close()
+
+
+@pytest.fixture
+async def env(settings: Settings) -> AsyncIterator[Env]:
+    async with running_env(settings) as e:
+        yield e
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

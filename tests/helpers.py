@@ -1,0 +1,52 @@
+"""Files for tests: generated in temporary directories, never downloaded."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+
+def numbered_paragraphs(n: int, words: int = 40) -> str:
+    """n unique paragraphs; every chunk text differs, so embedding counts are exact."""
+    vocab = "river forest mountain cloud engine signal garden theory market harbor".split()
+    paras = []
+    for i in range(n):
+        body = " ".join(vocab[(i * 7 + j * 3) % len(vocab)] for j in range(words))
+        paras.append(f"Paragraph {i} of the generated corpus. {body}.")
+    return "\n\n".join(paras) + "\n"
+
+
+def write_pdf(path: Path, pages: list[str], *, password: str | None = None) -> Path:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=11)
+    if password:
+        pdf.set_encryption(owner_password=password + "-owner", user_password=password)
+    for text in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 6, text)
+    pdf.output(str(path))
+    return path
+
+
+def write_docx(path: Path, sections: list[tuple[str, str]]) -> Path:
+    import docx
+
+    d = docx.Document()
+    for heading, body in sections:
+        d.add_heading(heading, 1)
+        d.add_paragraph(body)
+    d.save(str(path))
+    return path
+
+
+def write_zip_bomb_docx(path: Path, inflated_mb: int = 600) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("word/document.xml", "<w:document/>")
+        chunk = b"\0" * (1024 * 1024)
+        with z.open("word/media/bomb.bin", "w", force_zip64=True) as f:
+            for _ in range(inflated_mb):
+                f.write(chunk)
+    return path

@@ -1,0 +1,250 @@
+"""DOCUMENT_IMPORT end to end: real Temporal dev server, real worker, real embedded Qdrant."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from knowledgeops.settings import Settings
+from starter.search import search
+from starter.service import JobStatus
+from tests.conftest import EXAMPLES, Env, openai_settings, running_env
+from tests.fake_openai import FakeOpenAI, Fault
+from tests.helpers import numbered_paragraphs
+
+WAIT = 90.0
+
+
+async def import_and_wait(env: Env, path: Path, **kw: object) -> JobStatus:
+    ref = await env.service.import_file(path, **kw)  # type: ignore[arg-type]
+    return await env.service.wait(ref.job_id, poll=0.2, timeout=WAIT)
+
+
+async def activity_attempts(env: Env, job_id: str) -> list[tuple[str, int]]:
+    """(activity type, attempt) of every ActivityTaskStarted event of the latest run."""
+    history = await env.client.get_workflow_handle(job_id).fetch_history()
+    scheduled: dict[int, str] = {}
+    started = []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = e.activity_task_started_event_attributes
+            started.append((scheduled[attrs.scheduled_event_id], attrs.attempt))
+    return started
+
+
+async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) -> None:
+    refs = [await env.service.import_file(p) for p in sorted(EXAMPLES.iterdir())]
+    statuses = await asyncio.gather(
+        *(env.service.wait(r.job_id, poll=0.2, timeout=WAIT) for r in refs)
+    )
+    for ref, st in zip(refs, statuses, strict=True):
+        assert st.status == "completed", (ref.job_id, st.last_error)
+        assert st.result is not None
+        assert await env.points(ref.document_id) == st.result["total_chunks"] > 0
+    docs = {p.name: r.document_id for p, r in zip(sorted(EXAMPLES.iterdir()), refs, strict=True)}
+
+    async def top(q: str) -> object:
+        return (await search(env.store, env.embedder, q, k=3))[0]
+
+    hit = await top("Where is water split and oxygen released during photosynthesis?")
+    assert hit.document_id == docs["photosynthesis.html"]  # type: ignore[attr-defined]
+    assert "oxygen" in hit.text  # type: ignore[attr-defined]
+    hit = await top("How does water get into aquifers underground?")
+    assert (hit.document_id, hit.page) == (docs["water-cycle.pdf"], 2)  # type: ignore[attr-defined]
+    hit = await top("如何避免重复导入时产生重复数据？")
+    assert hit.document_id == docs["向量检索.md"]  # type: ignore[attr-defined]
+    assert "重复" in hit.text  # type: ignore[attr-defined]
+    # Cross-language: an English question finds the Chinese section.
+    hit = await top("Why split long documents into chunks before embedding?")
+    assert hit.document_id == docs["向量检索.md"]  # type: ignore[attr-defined]
+    hit = await top("What can a heartbeat carry so the next attempt resumes?")
+    assert hit.document_id == docs["temporal-retries.md"]  # type: ignore[attr-defined]
+    assert hit.heading.endswith("Heartbeats")  # type: ignore[attr-defined]
+
+
+async def test_task_type_search_attribute_and_pending_status(settings: Settings) -> None:
+    async with running_env(settings, worker=False) as env:
+        ref = await env.service.import_file(EXAMPLES / "spaced-repetition.txt")
+        st = await env.service.get_status(ref.job_id)
+        assert (st.status, st.task_type) == ("pending", "DOCUMENT_IMPORT")
+        found = [
+            w.id
+            async for w in env.client.list_workflows(
+                f'TaskType = "DOCUMENT_IMPORT" AND WorkflowId = "{ref.job_id}"'
+            )
+        ]
+        for _ in range(50):  # visibility is eventually consistent
+            if found:
+                break
+            await asyncio.sleep(0.1)
+            found = [
+                w.id
+                async for w in env.client.list_workflows(f'TaskType = "DOCUMENT_IMPORT"')
+                if w.id == ref.job_id
+            ]
+        assert found == [ref.job_id]
+    async with running_env(settings) as env:
+        st = await env.service.wait(ref.job_id, poll=0.2, timeout=WAIT)
+        assert st.status == "completed"
+
+
+async def test_reimport_and_duplicate_submission_never_duplicate_or_reembed(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "notes.txt"
+    doc.write_text(numbered_paragraphs(60))
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        first, dup = await asyncio.gather(
+            env.service.import_file(doc), env.service.import_file(doc)
+        )
+        assert (first.job_id, first.run_id) == (dup.job_id, dup.run_id)  # joined, not doubled
+        st = await env.service.wait(first.job_id, poll=0.2, timeout=WAIT)
+        total = st.result["total_chunks"]  # type: ignore[index]
+        assert st.result["embedded"] == total  # type: ignore[index]
+        paid = fake_openai.embedded_count()
+        assert paid == total
+
+        again = await import_and_wait(env, doc)
+        assert again.result is not None
+        assert (again.result["embedded"], again.result["reused"]) == (0, total)
+        assert fake_openai.embedded_count() == paid, "a re-import paid for embeddings again"
+        assert await env.points() == total
+
+        # New metadata only: payloads are updated, still nothing re-embedded.
+        retitled = await import_and_wait(env, doc, metadata=_meta("Renamed"))
+        assert retitled.result["embedded"] == 0  # type: ignore[index]
+        hits = await env.store.search(
+            env.store.collection_name(env.embedder.model_id), fake_openai.vector("x"), 100
+        )
+        assert {h.title for h in hits} == {"Renamed"}
+
+
+def _meta(title: str) -> object:
+    from knowledgeops.models import DocumentMetadata
+
+    return DocumentMetadata(title=title)
+
+
+async def test_reimport_with_fewer_chunks_removes_stale_points(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    long_doc, short_doc = tmp_path / "long.txt", tmp_path / "short.txt"
+    long_doc.write_text(numbered_paragraphs(80))
+    short_doc.write_text(numbered_paragraphs(20))
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        a = await import_and_wait(env, long_doc, document_id="handbook")
+        b = await import_and_wait(env, short_doc, document_id="handbook")
+        assert a.result and b.result
+        n_long, n_short = a.result["total_chunks"], b.result["total_chunks"]
+        assert n_short < n_long
+        assert b.result["stale_removed"] == n_long - n_short
+        assert await env.points("handbook") == n_short
+        # The shared leading chunks were not embedded a second time.
+        assert b.result["embedded"] < n_short
+
+
+async def test_bad_file_fails_at_once_and_disturbs_nothing(env: Env, tmp_path: Path) -> None:
+    good = await import_and_wait(env, EXAMPLES / "spaced-repetition.txt", document_id="kept")
+    n = good.result["total_chunks"]  # type: ignore[index]
+    bad = tmp_path / "kept.pdf"
+    bad.write_bytes(b"%PDF-1.7\n garbage that is not a pdf body")
+    started = time.monotonic()
+    st = await import_and_wait(env, bad, document_id="kept")
+    assert st.status == "failed"
+    assert st.last_error is not None and st.last_error.startswith("CorruptDocument:")
+    assert "kept.pdf is not a readable PDF" in st.last_error
+    assert time.monotonic() - started < 10
+    assert await activity_attempts(env, st.job_id) == [("parse_document", 1)]
+    assert await env.points("kept") == n, "a failed re-import must not remove the good version"
+    # The worker is still healthy.
+    ok = await import_and_wait(env, EXAMPLES / "photosynthesis.html")
+    assert ok.status == "completed"
+
+
+async def test_transient_embedding_failures_are_retried_with_retry_after(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "t.txt"
+    doc.write_text(numbered_paragraphs(40))
+    fake_openai.faults.extend(
+        [Fault(429, retry_after=1.5), Fault(503), Fault(200, hang_seconds=3.0)]
+    )
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        st = await import_and_wait(env, doc)
+    assert st.status == "completed", st.last_error
+    total = st.result["total_chunks"]  # type: ignore[index]
+    assert fake_openai.embedded_count() == total and fake_openai.duplicates() == 0
+    t = fake_openai.request_times
+    assert t[1] - t[0] >= 1.4, "Retry-After was not honoured"
+    assert fake_openai.requests == -(-total // 16) + 3
+
+
+async def test_retried_activity_resumes_from_its_checkpoint(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "r.txt"
+    doc.write_text(numbered_paragraphs(80))
+    # Our client gives up at once, so the third request fails the activity attempt.
+    fake_openai.fail_on[3] = Fault(500)
+    async with running_env(openai_settings(settings, fake_openai, openai_max_retries=0)) as env:
+        st = await import_and_wait(env, doc)
+        attempts = await activity_attempts(env, st.job_id)
+    assert st.status == "completed", st.last_error
+    assert ("embed_and_upsert", 2) in attempts
+    total = st.result["total_chunks"]  # type: ignore[index]
+    assert fake_openai.embedded_count() == total, "the retry re-embedded finished batches"
+    assert st.result["embedded"] == total  # type: ignore[index]
+
+
+async def test_rejected_key_fails_without_retry_and_cleans_up(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "k.txt"
+    doc.write_text(numbered_paragraphs(10))
+    bad = openai_settings(settings, fake_openai, openai_api_key="wrong")
+    async with running_env(bad) as env:
+        st = await import_and_wait(env, doc)
+        assert st.status == "failed"
+        assert st.last_error is not None
+        assert st.last_error.startswith("EmbeddingRejected:")
+        assert "401" in st.last_error and "OPENAI_API_KEY" in st.last_error
+        attempts = await activity_attempts(env, st.job_id)
+        assert [a for a in attempts if a[0] == "embed_and_upsert"] == [("embed_and_upsert", 1)]
+        assert await env.points() == 0
+
+
+async def test_cancel_stops_embedding_and_removes_partial_points(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "c.txt"
+    doc.write_text(numbered_paragraphs(400))
+    fake_openai.latency = 0.15
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        ref = await env.service.import_file(doc)
+        seen: list[int] = []
+        for _ in range(300):
+            st = await env.service.get_status(ref.job_id)
+            if st.progress.stage == "embedding":
+                seen.append(st.progress.done)
+            if st.progress.done >= 64:
+                break
+            await asyncio.sleep(0.1)
+        assert st.status == "running" and st.progress.total and st.progress.total > 300
+        assert seen == sorted(seen) and seen[-1] >= 64, "progress must be visible and grow"
+        assert await env.points(ref.document_id) > 0
+        await env.service.cancel(ref.job_id)
+        final = await env.service.wait(ref.job_id, poll=0.2, timeout=WAIT)
+        assert final.status == "cancelled"
+        assert await env.points(ref.document_id) == 0
+        requests = fake_openai.requests
+        await asyncio.sleep(1.5)
+        assert fake_openai.requests == requests, "embedding went on after the cancel"
+        assert fake_openai.embedded_count() < st.progress.total
+        with pytest.raises(Exception, match="already finished"):
+            await env.service.cancel(ref.job_id)

@@ -1,0 +1,155 @@
+"""Parsing and chunking of every supported format, and a clear error for each kind of bad file."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from activities.chunk_store import ChunkReader
+from activities.errors import DocumentError
+from activities.parse_runner import run_parse
+from knowledgeops.models import ChunkingOptions
+from tests.conftest import EXAMPLES
+from tests.helpers import numbered_paragraphs, write_docx, write_pdf, write_zip_bomb_docx
+
+OPTS = ChunkingOptions(chunk_tokens=64, overlap_tokens=8)
+
+
+def parse(tmp_path: Path, path: Path, name: str | None = None) -> tuple[object, list[object]]:
+    result = asyncio.run(run_parse(path, name or path.name, "doc1", tmp_path / "c", OPTS, 1024))
+    return result, ChunkReader(tmp_path / "c", "doc1").read(0, 10_000)
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "needle"),
+    [
+        ("spaced-repetition.txt", "txt", "Ebbinghaus"),
+        ("temporal-retries.md", "md", "heartbeat timeout"),
+        ("photosynthesis.html", "html", "RuBisCO"),
+        ("water-cycle.pdf", "pdf", "aquifers"),
+        ("chemistry-plan.docx", "docx", "nucleophilic"),
+        ("向量检索.md", "md", "重复的数据"),
+    ],
+)
+def test_every_format_parses(tmp_path: Path, name: str, fmt: str, needle: str) -> None:
+    result, chunks = parse(tmp_path, EXAMPLES / name)
+    assert result.format == fmt  # type: ignore[attr-defined]
+    assert result.total_chunks == len(chunks) > 0  # type: ignore[attr-defined]
+    assert any(needle in c.text for c in chunks)  # type: ignore[attr-defined]
+    assert [c.index for c in chunks] == list(range(len(chunks)))  # type: ignore[attr-defined]
+
+
+def test_pdf_keeps_pages_and_outline_headings(tmp_path: Path) -> None:
+    _, chunks = parse(tmp_path, EXAMPLES / "water-cycle.pdf")
+    by_page = {c.page: c for c in chunks}  # type: ignore[attr-defined]
+    assert set(by_page) == {1, 2, 3}
+    assert "aquifers" in by_page[2].text and by_page[2].heading == "Groundwater"
+
+
+def test_markdown_and_docx_keep_heading_paths(tmp_path: Path) -> None:
+    _, chunks = parse(tmp_path, EXAMPLES / "temporal-retries.md")
+    hb = next(c for c in chunks if "checkpoint" in c.text)  # type: ignore[attr-defined]
+    assert hb.heading == "Durable execution with Temporal > Heartbeats"
+    docx = write_docx(tmp_path / "d.docx", [("Alpha", "first body"), ("Beta", "second body")])
+    _, chunks = parse(tmp_path, docx)
+    assert [(c.heading, "body" in c.text) for c in chunks] == [  # type: ignore[attr-defined]
+        ("Alpha", True),
+        ("Beta", True),
+    ]
+
+
+def test_chinese_text_in_gb18030_and_utf8(tmp_path: Path) -> None:
+    text = "学习方法：间隔重复可以提高长期记忆。\n\n" * 30
+    for enc in ("utf-8", "gb18030"):
+        p = tmp_path / f"zh-{enc}.txt"
+        p.write_bytes(text.encode(enc))
+        _, chunks = parse(tmp_path, p)
+        assert chunks and all("间隔重复" in c.text for c in chunks)  # type: ignore[attr-defined]
+
+
+def test_chunks_respect_token_size(tmp_path: Path) -> None:
+    p = tmp_path / "big.txt"
+    p.write_text(numbered_paragraphs(200))
+    result, chunks = parse(tmp_path, p)
+    from semantic_text_splitter import TextSplitter
+
+    counter = TextSplitter.from_tiktoken_model("gpt-3.5-turbo", 10_000)
+    assert result.total_chunks >= 200  # type: ignore[attr-defined]
+    for c in chunks[:50]:
+        assert len(counter.chunks(c.text)) == 1  # type: ignore[attr-defined]
+        assert len(c.text) < 64 * 8  # type: ignore[attr-defined]
+
+
+def test_big_text_streams_in_blocks(tmp_path: Path) -> None:
+    p = tmp_path / "big.txt"
+    block = numbered_paragraphs(3000)  # ~900 KB, written 3 times: crosses block boundaries
+    p.write_text(block * 3)
+    result, chunks = parse(tmp_path, p)
+    assert result.characters == len(block) * 3  # type: ignore[attr-defined]
+    joined = "".join(c.text for c in chunks)  # type: ignore[attr-defined]
+    assert joined.count("Paragraph 2999 of") == 3
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _zip_with_markdown(tmp_path: Path) -> Path:
+    shutil.make_archive(str(tmp_path / "arch"), "zip", root_dir=EXAMPLES, base_dir="向量检索.md")
+    return (tmp_path / "arch.zip").rename(tmp_path / "archive.docx")
+
+
+BAD_FILES: dict[str, tuple[Callable[[Path], Path], str, str]] = {
+    "empty": (lambda d: _write(d / "empty.txt", b""), "EmptyDocument", "is empty"),
+    "blank": (lambda d: _write(d / "blank.md", b"  \n\n \n"), "EmptyDocument", "no extractable"),
+    "fake_pdf": (lambda d: _write(d / "fake.pdf", b"not a pdf"), "CorruptDocument", "not a PDF"),
+    "truncated_pdf": (
+        lambda d: _write(d / "cut.pdf", (EXAMPLES / "water-cycle.pdf").read_bytes()[:400]),
+        "CorruptDocument",
+        "not a readable PDF",
+    ),
+    "png": (
+        lambda d: _write(d / "image.png", b"\x89PNG\r\n\x1a\n" + bytes(100)),
+        "UnsupportedFormat",
+        "PNG image",
+    ),
+    "zip_not_docx": (_zip_with_markdown, "UnsupportedFormat", "zip archive, not a .docx"),
+    "scanned_pdf": (
+        lambda d: write_pdf(d / "scan.pdf", ["", ""]),
+        "EmptyDocument",
+        "needs OCR_PROCESS",
+    ),
+    "encrypted_pdf": (
+        lambda d: write_pdf(d / "secret.pdf", ["top secret"], password="pw"),
+        "EncryptedDocument",
+        "password-protected",
+    ),
+    "executable": (
+        lambda d: _write(d / "tool.bin", b"\x7fELF" + b"\x02\x01" * 100),
+        "UnsupportedFormat",
+        "executable",
+    ),
+    "invalid_utf8": (
+        # Valid UTF-8 for the first 64 KB (so detected as UTF-8), broken later on.
+        lambda d: _write(d / "bad.txt", "好的 text\n".encode() * 9000 + b"\xff\xfe\xfd" * 3),
+        "CorruptDocument",
+        "not valid",
+    ),
+    "zip_bomb": (lambda d: write_zip_bomb_docx(d / "bomb.docx"), "HostileDocument", "zip bomb"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_files_fail_with_a_clear_error(tmp_path: Path, case: str) -> None:
+    make, kind, words = BAD_FILES[case]
+    path = make(tmp_path)
+    with pytest.raises(DocumentError) as info:
+        parse(tmp_path, path)
+    assert info.value.kind == kind
+    assert words in info.value.message
+    assert not list((tmp_path / "c").glob("*")), "a failed parse must leave no chunk files"
