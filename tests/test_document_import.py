@@ -85,7 +85,7 @@ async def test_task_type_search_attribute_and_pending_status(settings: Settings)
             await asyncio.sleep(0.1)
             found = [
                 w.id
-                async for w in env.client.list_workflows(f'TaskType = "DOCUMENT_IMPORT"')
+                async for w in env.client.list_workflows('TaskType = "DOCUMENT_IMPORT"')
                 if w.id == ref.job_id
             ]
         assert found == [ref.job_id]
