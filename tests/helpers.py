@@ -8,7 +8,8 @@ from pathlib import Path
 
 def numbered_paragraphs(n: int, words: int = 40) -> str:
     """n unique paragraphs; every chunk text differs, so embedding counts are exact."""
-    vocab = "river forest mountain cloud engine signal garden theory market harbor".split()
+    vocab = ["river", "forest", "mountain", "cloud", "engine"]
+    vocab += ["signal", "garden", "theory", "market", "harbor"]
     paras = []
     for i in range(n):
         body = " ".join(vocab[(i * 7 + j * 3) % len(vocab)] for j in range(words))
