@@ -4,6 +4,10 @@ directory (so a fresh embedded Qdrant) and fresh task queues, as sdk-python's te
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -81,8 +85,13 @@ class Env:
     client: Client
     settings: Settings
     service: TaskQueueService
-    store: VectorStore
     embedder: Embedder
+    _store: VectorStore | None
+
+    @property
+    def store(self) -> VectorStore:
+        assert self._store is not None, "this Env does not open the index (worker=False)"
+        return self._store
 
     async def points(self, document_id: str | None = None) -> int:
         collection = VectorStore.collection_name(self.embedder.model_id)
@@ -91,19 +100,23 @@ class Env:
 
 @asynccontextmanager
 async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterator[Env]:
-    """Client, service, the index and (optionally) an in-process worker for these settings."""
+    """Client and service; with `worker`, also the index and an in-process worker.
+
+    Without a worker the index is left closed: embedded Qdrant admits one process, and a
+    worker subprocess may own it."""
     client = await connect(settings)
-    store = VectorStore.open(settings)
+    store = VectorStore.open(settings) if worker else None
     embedder = make_embedder(settings)
-    env = Env(client, settings, TaskQueueService(client, settings), store, embedder)
-    workers = build_workers(client, settings, store, embedder) if worker else []
+    env = Env(client, settings, TaskQueueService(client, settings), embedder, store)
+    workers = build_workers(client, settings, store, embedder) if store is not None else []
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield env
     finally:
         await asyncio.gather(*(w.shutdown() for w in workers))
         await asyncio.gather(*tasks, return_exceptions=True)
-        store.close()
+        if store is not None:
+            store.close()
 
 
 @pytest.fixture
@@ -113,3 +126,41 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a subprocess load exactly these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_VARS)}
+    for name, field in Settings.model_fields.items():
+        if field.alias:
+            env[field.alias] = str(getattr(settings, name))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+_OUR_VARS = ("KNOWLEDGEOPS_", "TEMPORAL_", "EMBEDDING_", "OPENAI_", "QDRANT_", "API_", "CHUNK_")
+
+
+def start_worker_process(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "worker.py")],
+            cwd=ROOT,
+            env=settings_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

@@ -1,0 +1,71 @@
+"""SIGKILL the worker in the middle of embedding; a new worker finishes the import.
+
+The figures that matter: the point count equals the chunk count exactly (no duplicates, no
+gaps), and at most two batches were embedded twice (paid twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+from activities.vector_store import VectorStore
+from knowledgeops.settings import Settings
+from tests.conftest import openai_settings, running_env, start_worker_process, stop_process
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import numbered_paragraphs
+
+BATCH = 32
+
+
+async def test_sigkill_mid_embedding_resumes_without_duplicates(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    cfg = openai_settings(settings, fake_openai, embedding_batch_size=BATCH)
+    doc = tmp_path / "big.txt"
+    doc.write_text(numbered_paragraphs(1100))
+    fake_openai.latency = 0.08
+    log = tmp_path / "worker.log"
+    first = start_worker_process(cfg, log)
+    second = None
+    try:
+        async with running_env(cfg, worker=False) as env:
+            ref = await env.service.import_file(doc)
+            deadline = time.monotonic() + 60
+            while fake_openai.embedded_count() < 400:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                assert first.poll() is None, log.read_text()[-3000:]
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            at_kill = fake_openai.embedded_count()
+            killed_at = time.monotonic()
+
+            second = start_worker_process(cfg, log)
+            st = await env.service.wait(ref.job_id, poll=0.5, timeout=120)
+            recovery = time.monotonic() - killed_at
+        assert st.status == "completed", st.last_error
+        assert stop_process(second) == 0
+    finally:
+        for p in (first, second):
+            if p is not None:
+                stop_process(p)
+
+    total = st.result["total_chunks"]  # type: ignore[index]
+    assert total >= 1000
+    store = VectorStore.open(cfg)
+    try:
+        collection = VectorStore.collection_name(f"openai:{cfg.embedding_model}")
+        points = await store.count(collection, ref.document_id)
+    finally:
+        store.close()
+    twice = fake_openai.duplicates()
+    print(
+        f"\nchunks={total} points={points} embedded_before_kill={at_kill} "
+        f"embedded_total={fake_openai.embedded_count()} embedded_twice={twice} "
+        f"recovery={recovery:.1f}s"
+    )
+    assert points == total
+    assert fake_openai.embedded_count() - twice == total, "every chunk embedded at least once"
+    assert twice <= 2 * BATCH
