@@ -29,8 +29,6 @@ def build_workers(
     settings: Settings,
     store: VectorStore,
     embedder: Embedder,
-    *,
-    max_concurrent_activities: int = 8,
 ) -> Sequence[Worker]:
     """One worker per task queue that has implemented task types."""
     import_activities = ImportActivities(settings, store, embedder)
@@ -46,7 +44,7 @@ def build_workers(
             task_queue=settings.queue(queue),
             workflows=workflows,
             activities=activities_by_queue.get(queue, []),
-            max_concurrent_activities=max_concurrent_activities,
+            max_concurrent_activities=settings.worker_max_activities,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=timedelta(seconds=5),

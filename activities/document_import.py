@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -107,5 +110,5 @@ class ImportActivities:
             collection = VectorStore.collection_name(self.embedder.model_id)
             return await self.store.delete_document(collection, req.document_id)
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.parse_document, self.embed_and_upsert, self.delete_document_points]

@@ -34,6 +34,9 @@ OnWait = Callable[[], Awaitable[None]] | None
 class Embedder(Protocol):
     model_id: str
 
+    async def warm_up(self) -> None:
+        """Load what the first request would (a model), so it fails or pays at start-up."""
+
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]: ...
 
 
@@ -64,6 +67,9 @@ class LocalEmbedder:
     def _encode(self, texts: list[str]) -> list[list[float]]:
         vectors = self._get_model().encode(texts)
         return [v.tolist() for v in vectors]
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self._get_model)
 
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
         if not texts:
@@ -132,6 +138,9 @@ class OpenAIEmbedder:
         self._max_retries = max_retries
         self._max_inputs = min(max_inputs, OPENAI_MAX_INPUTS)
         self.model_id = f"openai:{model}"
+
+    async def warm_up(self) -> None:
+        return  # nothing to load; a bad key or model shows on the first request
 
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
         out: list[list[float]] = []

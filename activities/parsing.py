@@ -205,8 +205,8 @@ def parse_html(path: Path, filename: str) -> Iterator[Section]:
         title_node.decompose()
     marker = "\x1ehead:"
     for node in tree.css("h1, h2, h3, h4, h5, h6"):
-        level = node.tag[1]
-        node.replace_with(f"\n{marker}{level}:{' '.join(node.text().split())}\n")
+        rank = (node.tag or "h1")[1]
+        node.replace_with(f"\n{marker}{rank}:{' '.join(node.text().split())}\n")
     root = tree.body or tree.root
     if root is None:
         return

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     # Address space cap for the parser subprocess: a hostile file kills the parser, not the worker.
     parser_memory_mb: int = Field(default=1024, ge=128, alias="PARSER_MEMORY_MB")
 
+    # Activities one worker runs at once (imports in flight). The local embedder serialises
+    # on the CPU anyway; more helps with a remote embedding API.
+    worker_max_activities: int = Field(default=8, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
+
     api_host: str = Field(default="127.0.0.1", alias="API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, alias="API_PORT")
     api_url: str = Field(default="", alias="API_URL")

@@ -63,9 +63,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(e, file=sys.stderr)
         return 2
-    from starter import node
-
     try:
+        if args.command in ("dev", "server", "worker"):
+            from starter import node  # heavy (models, index): only for long-running commands
+
         if args.command == "dev":
             return node.run_dev(settings)
         if args.command == "server":

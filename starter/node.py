@@ -51,6 +51,7 @@ async def run_node(
     await ensure_search_attributes(client, settings.temporal_namespace)
     store = VectorStore.open(settings)
     embedder = make_embedder(settings)
+    await embedder.warm_up()
     workers = build_workers(client, settings, store, embedder)
     api: _QuietSignalsServer | None = None
     tasks = [asyncio.create_task(w.run()) for w in workers]

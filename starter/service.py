@@ -258,16 +258,18 @@ class TaskQueueService:
             raise JobFinishedError(f"Job {job_id} already finished ({current.status})")
         await self.client.get_workflow_handle(job_id).cancel()
 
-    async def wait(self, job_id: str, poll: float = 0.5, timeout: float | None = None) -> JobStatus:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
+    async def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
+        """Block until the job finishes (a long poll on its result, not a polling loop)."""
+        await self._describe(job_id)  # unknown ids fail now, not after the timeout
+        handle = self.client.get_workflow_handle(job_id)
+        try:
+            await asyncio.wait_for(handle.result(), timeout)
+        except WorkflowFailureError:
+            pass  # failed / cancelled / terminated / timed out: get_status says which and why
+        except TimeoutError:
             st = await self.get_status(job_id)
-            if st.finished:
-                return st
-            if deadline is not None and loop.time() > deadline:
-                raise TimeoutError(f"job {job_id} still {st.status} after {timeout}s")
-            await asyncio.sleep(poll)
+            raise TimeoutError(f"job {job_id} still {st.status} after {timeout}s") from None
+        return await self.get_status(job_id)
 
 
 def _progress(stage: str, total: Any, done: int, started: datetime | None) -> JobProgress:

@@ -43,7 +43,7 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
             killed_at = time.monotonic()
 
             second = start_worker_process(cfg, log)
-            st = await env.service.wait(ref.job_id, poll=0.5, timeout=120)
+            st = await env.service.wait(ref.job_id, timeout=120)
             recovery = time.monotonic() - killed_at
         assert st.status == "completed", st.last_error
         assert stop_process(second) == 0

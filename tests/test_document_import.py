@@ -21,7 +21,7 @@ WAIT = 90.0
 
 async def import_and_wait(env: Env, path: Path, **kw: object) -> JobStatus:
     ref = await env.service.import_file(path, **kw)  # type: ignore[arg-type]
-    return await env.service.wait(ref.job_id, poll=0.2, timeout=WAIT)
+    return await env.service.wait(ref.job_id, timeout=WAIT)
 
 
 async def activity_attempts(env: Env, job_id: str) -> list[tuple[str, int]]:
@@ -41,7 +41,7 @@ async def activity_attempts(env: Env, job_id: str) -> list[tuple[str, int]]:
 async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) -> None:
     refs = [await env.service.import_file(p) for p in sorted(EXAMPLES.iterdir())]
     statuses = await asyncio.gather(
-        *(env.service.wait(r.job_id, poll=0.2, timeout=WAIT) for r in refs)
+        *(env.service.wait(r.job_id, timeout=WAIT) for r in refs)
     )
     for ref, st in zip(refs, statuses, strict=True):
         assert st.status == "completed", (ref.job_id, st.last_error)
@@ -90,7 +90,7 @@ async def test_task_type_search_attribute_and_pending_status(settings: Settings)
             ]
         assert found == [ref.job_id]
     async with running_env(settings) as env:
-        st = await env.service.wait(ref.job_id, poll=0.2, timeout=WAIT)
+        st = await env.service.wait(ref.job_id, timeout=WAIT)
         assert st.status == "completed"
 
 
@@ -104,7 +104,7 @@ async def test_reimport_and_duplicate_submission_never_duplicate_or_reembed(
             env.service.import_file(doc), env.service.import_file(doc)
         )
         assert (first.job_id, first.run_id) == (dup.job_id, dup.run_id)  # joined, not doubled
-        st = await env.service.wait(first.job_id, poll=0.2, timeout=WAIT)
+        st = await env.service.wait(first.job_id, timeout=WAIT)
         total = st.result["total_chunks"]  # type: ignore[index]
         assert st.result["embedded"] == total  # type: ignore[index]
         paid = fake_openai.embedded_count()
@@ -239,7 +239,7 @@ async def test_cancel_stops_embedding_and_removes_partial_points(
         assert seen == sorted(seen) and seen[-1] >= 64, "progress must be visible and grow"
         assert await env.points(ref.document_id) > 0
         await env.service.cancel(ref.job_id)
-        final = await env.service.wait(ref.job_id, poll=0.2, timeout=WAIT)
+        final = await env.service.wait(ref.job_id, timeout=WAIT)
         assert final.status == "cancelled"
         assert await env.points(ref.document_id) == 0
         requests = fake_openai.requests

@@ -1,0 +1,169 @@
+"""Shared pieces of the benchmarks: generated corpora, a Temporal dev server, a worker
+subprocess whose memory is sampled. Everything on loopback, in temporary directories."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from knowledgeops.settings import Settings
+from starter.dev_server import TemporalDevServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+_WORDS = (
+    "learning memory review card spaced interval recall concept example exercise chapter "
+    "theory practice model network signal energy cell protein market history river climate "
+    "system process method result analysis data structure algorithm proof lemma equation"
+).split()
+
+
+def paragraph(rng: random.Random, n_words: int = 90) -> str:
+    words = [rng.choice(_WORDS) for _ in range(n_words)]
+    words[0] = words[0].capitalize()
+    return " ".join(words) + "."
+
+
+def write_corpus(folder: Path, docs: int, paragraphs: int, seed: int = 7) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    paths = []
+    for d in range(docs):
+        p = folder / f"doc-{d:03d}.txt"
+        p.write_text("\n\n".join(paragraph(rng) for _ in range(paragraphs)) + "\n")
+        paths.append(p)
+    return paths
+
+
+def write_big_text(path: Path, megabytes: int, seed: int = 11) -> Path:
+    rng = random.Random(seed)
+    target = megabytes * 1024 * 1024
+    with path.open("w") as f:
+        size = 0
+        while size < target:
+            block = "\n\n".join(paragraph(rng) for _ in range(200)) + "\n\n"
+            f.write(block)
+            size += len(block)
+    return path
+
+
+def write_big_pdf(path: Path, pages: int, seed: int = 13) -> Path:
+    from fpdf import FPDF
+
+    rng = random.Random(seed)
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=10)
+    for _ in range(pages):
+        pdf.add_page()
+        pdf.multi_cell(0, 5, "\n\n".join(paragraph(rng, 60) for _ in range(5)))
+    pdf.output(str(path))
+    return path
+
+
+def bench_settings(data_dir: Path, address: str, **extra: object) -> Settings:
+    return Settings(
+        KNOWLEDGEOPS_DATA_DIR=data_dir,
+        TEMPORAL_ADDRESS=address,
+        API_PORT=free_port(),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def env_for(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    for name, field in Settings.model_fields.items():
+        if field.alias:
+            env[field.alias] = str(getattr(settings, name))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@contextmanager
+def temporal_server(workdir: Path) -> Iterator[TemporalDevServer]:
+    server = TemporalDevServer(
+        host="127.0.0.1",
+        port=free_port(),
+        db_file=workdir / "temporal.db",
+        log_file=workdir / "temporal.log",
+        headless=True,
+    )
+    server.start()
+    try:
+        asyncio.run(server.wait_ready())
+        yield server
+    finally:
+        server.stop()
+
+
+class MemorySampler:
+    """Peak RSS of a process and, separately, of its children (the parser subprocesses)."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.proc = psutil.Process(pid)
+        self.interval = interval
+        self.peak_children = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for child in self.proc.children(recursive=True):
+                    self.peak_children = max(self.peak_children, child.memory_info().rss)
+            except psutil.Error:
+                pass  # a child ended between listing and sampling
+            time.sleep(self.interval)
+
+    def peak_self(self) -> int:
+        # VmHWM is the kernel's own high-water mark: exact, not sampled.
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def worker_process(settings: Settings, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "worker.py")],
+            cwd=ROOT,
+            env=env_for(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "worker ready" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def mb(n: int) -> str:
+    return f"{n / 1024 / 1024:.0f} MB"

@@ -1,0 +1,158 @@
+"""Import throughput through Temporal vs. the same code in-process, and the worker's memory.
+
+    .venv/bin/python -m bench.ingest                  # 20 docs x ~200 chunks, local embedder
+    .venv/bin/python -m bench.ingest --big            # also a 50 MB text file and a 500-page PDF
+
+Both paths run the same parse (subprocess) / chunk / embed / upsert code with the same
+embedder and concurrency, each into a fresh embedded Qdrant. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from activities import file_store
+from activities.embedding import make_embedder
+from activities.indexing import index_document
+from activities.parse_runner import run_parse
+from activities.vector_store import VectorStore
+from bench.common import (
+    MemorySampler,
+    bench_settings,
+    mb,
+    temporal_server,
+    worker_process,
+    write_big_pdf,
+    write_big_text,
+    write_corpus,
+)
+from knowledgeops.models import ChunkingOptions, EmbedCheckpoint, EmbedRequest
+from knowledgeops.settings import Settings
+from knowledgeops.temporal import connect
+from starter.service import TaskQueueService, derive_document_id
+
+
+async def direct(settings: Settings, files: list[Path], concurrency: int) -> tuple[float, int]:
+    store = VectorStore.open(settings)
+    embedder = make_embedder(settings)
+    await embedder.warm_up()
+    sem = asyncio.Semaphore(concurrency)
+    options = ChunkingOptions(
+        chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap
+    )
+
+    async def one(path: Path) -> int:
+        async with sem:
+            file_id = file_store.store_path(settings.files_dir, path, settings.max_file_bytes)
+            doc = derive_document_id(file_id)
+            parsed = await run_parse(
+                settings.files_dir / file_id,
+                path.name,
+                doc,
+                settings.chunks_dir,
+                options,
+                settings.parser_memory_mb,
+            )
+            req = EmbedRequest(
+                document_id=doc,
+                total_chunks=parsed.total_chunks,
+                batch_size=settings.embedding_batch_size,
+                filename=path.name,
+            )
+            await index_document(
+                store,
+                embedder,
+                settings.chunks_dir,
+                req,
+                EmbedCheckpoint(next_index=0, total=parsed.total_chunks),
+                lambda cp: None,
+            )
+            return parsed.total_chunks
+
+    started = time.perf_counter()
+    chunks = sum(await asyncio.gather(*(one(p) for p in files)))
+    elapsed = time.perf_counter() - started
+    store.close()
+    return elapsed, chunks
+
+
+async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
+    service = TaskQueueService(await connect(settings), settings)
+    started = time.perf_counter()
+    refs = [await service.import_file(p) for p in files]
+    statuses = await asyncio.gather(*(service.wait(r.job_id) for r in refs))
+    elapsed = time.perf_counter() - started
+    failed = [f"{s.job_id}: {s.status} {s.last_error}" for s in statuses if s.status != "completed"]
+    chunks = sum((s.result or {}).get("total_chunks", 0) for s in statuses)
+    return elapsed, chunks, failed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=20)
+    ap.add_argument("--paragraphs", type=int, default=400, help="per doc (~200 chunks)")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--big", action="store_true", help="also 50 MB text + 500-page PDF")
+    ap.add_argument("--big-mb", type=int, default=50)
+    ap.add_argument("--big-pages", type=int, default=500)
+    ap.add_argument("--skip-ratio", action="store_true")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="ko-bench-") as tmp:
+        work = Path(tmp)
+        files = write_corpus(work / "corpus", args.docs, args.paragraphs)
+        with temporal_server(work) as server:
+            extra = {"WORKER_MAX_ACTIVITIES": args.concurrency}
+            if not args.skip_ratio:
+                d_settings = bench_settings(work / "direct", server.address, **extra)
+                d_time, d_chunks = asyncio.run(direct(d_settings, files, args.concurrency))
+                t_settings = bench_settings(work / "temporal", server.address, **extra)
+                with (
+                    worker_process(t_settings, work / "worker.log") as proc,
+                    MemorySampler(proc.pid) as mem,
+                ):
+                    t_time, t_chunks, failed = asyncio.run(through_temporal(t_settings, files))
+                    peak = mem.peak_self()
+                print(f"corpus: {len(files)} docs, {d_chunks} chunks (temporal: {t_chunks})")
+                print(f"direct (in-process):  {d_time:7.1f} s  {d_chunks / d_time:7.1f} chunks/s")
+                print(f"through Temporal:     {t_time:7.1f} s  {t_chunks / t_time:7.1f} chunks/s")
+                print(f"ratio Temporal/direct: {t_time / d_time:.3f}")
+                print(
+                    f"worker peak RSS: {mb(peak)}; parser subprocess peak: {mb(mem.peak_children)}"
+                )
+                if failed:
+                    print("FAILED:", *failed, sep="\n  ")
+            if args.big:
+                big_dir = work / "big"
+                big_dir.mkdir()
+                big_files = [
+                    write_big_pdf(big_dir / "big.pdf", args.big_pages),
+                    write_big_text(big_dir / "big.txt", args.big_mb),
+                ]
+                for path in big_files:
+                    b_settings = bench_settings(work / f"big-{path.suffix[1:]}", server.address)
+                    log = work / f"worker-{path.suffix[1:]}.log"
+                    with worker_process(b_settings, log) as proc, MemorySampler(proc.pid) as mem:
+                        b_time, b_chunks, failed = asyncio.run(through_temporal(b_settings, [path]))
+                        peak = mem.peak_self()
+                    size = path.stat().st_size
+                    print(
+                        f"{path.name} ({args.big_pages} pages)"
+                        if path.suffix == ".pdf"
+                        else path.name,
+                        end=": ",
+                    )
+                    print(
+                        f"{mb(size)}, {b_chunks} chunks in {b_time:.1f} s "
+                        f"({b_chunks / b_time:.1f} chunks/s); worker peak RSS {mb(peak)}; "
+                        f"parser subprocess peak {mb(mem.peak_children)}"
+                        + (f"; FAILED {failed}" if failed else "")
+                    )
+
+
+if __name__ == "__main__":
+    main()

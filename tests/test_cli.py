@@ -1,0 +1,113 @@
+"""The `knowledgeops` command as a user runs it: real processes, real ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from knowledgeops.settings import Settings
+from starter.dev_server import free_port, port_in_use
+from tests.conftest import EXAMPLES, ROOT, running_env, settings_env
+
+CLI = [sys.executable, "-m", "starter.cli"]
+
+
+def cli(
+    args: list[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+async def test_cli_exits_cleanly_every_time(settings: Settings) -> None:
+    async with running_env(settings) as env:
+        ref = await env.service.import_file(EXAMPLES / "spaced-repetition.txt")
+        await env.service.wait(ref.job_id, timeout=60)
+    environ = settings_env(settings)
+    codes = []
+    for _ in range(8):
+        r = cli(["status", ref.job_id, "--json"], environ)
+        codes.append(r.returncode)
+        assert json.loads(r.stdout)["status"] == "completed", r.stderr
+    assert codes == [0] * 8
+    missing = cli(["status", "no-such-job"], environ)
+    assert missing.returncode == 1 and "No job with id" in missing.stderr
+
+
+def test_invalid_setting_stops_startup_naming_it(settings: Settings) -> None:
+    environ = settings_env(settings) | {"EMBEDDING_PROVIDER": "magic", "CHUNK_TOKENS": "-5"}
+    r = cli(["status", "x"], environ)
+    assert r.returncode == 2
+    assert "EMBEDDING_PROVIDER='magic'" in r.stderr and "CHUNK_TOKENS='-5'" in r.stderr
+
+
+def _free_port_pair() -> int:
+    for _ in range(50):
+        p = free_port()
+        if p + 1000 < 65536 and not port_in_use("127.0.0.1", p + 1000):
+            return p
+    raise RuntimeError("no free port pair")
+
+
+def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
+    port = _free_port_pair()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNOWLEDGEOPS_", "API_"))}
+    environ |= {
+        "KNOWLEDGEOPS_DATA_DIR": str(tmp_path / "data"),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+        "API_PORT": str(free_port()),
+        "EMBEDDING_PROVIDER": "local",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = (tmp_path / "dev.log").open("w+")
+    dev = subprocess.Popen([*CLI, "dev"], cwd=ROOT, env=environ, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 90
+        while "knowledgeops is running" not in Path(log.name).read_text():
+            assert dev.poll() is None, Path(log.name).read_text()
+            assert time.monotonic() < deadline, Path(log.name).read_text()
+            time.sleep(0.3)
+        children = psutil.Process(dev.pid).children(recursive=True)
+        assert any("temporal" in c.name() for c in children)
+
+        r = cli(["import", *map(str, sorted(EXAMPLES.iterdir())), "--follow", "--json"], environ)
+        assert r.returncode == 0, r.stderr
+        statuses = json.loads(r.stdout)
+        assert [s["status"] for s in statuses] == ["completed"] * len(statuses)
+
+        r = cli(
+            ["search", "How do plants fix carbon dioxide in the Calvin cycle?", "--json"], environ
+        )
+        assert r.returncode == 0, r.stderr
+        assert "RuBisCO" in json.loads(r.stdout)[0]["text"]
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + 1000}/", timeout=10) as ui:
+            assert ui.status == 200  # the Web UI is up
+
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(30) == 0
+        assert not [c for c in children if c.is_running() and c.status() != "zombie"]
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
+        log.close()
+
+
+@pytest.mark.parametrize("command", ["status", "cancel"])
+def test_cli_reports_unreachable_server(command: str, tmp_path: Path) -> None:
+    environ = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
+    environ["KNOWLEDGEOPS_DATA_DIR"] = str(tmp_path)
+    r = cli([command, "some-job"], environ, timeout=60)
+    assert r.returncode == 1
+    assert "Cannot reach Temporal" in r.stderr and "knowledgeops dev" in r.stderr

@@ -1,0 +1,102 @@
+"""The OpenAI-compatible provider against a real local HTTP server: limits, retries, refusals."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from activities.embedding import (
+    OPENAI_MAX_INPUTS,
+    OPENAI_MAX_TOKENS,
+    OpenAIEmbedder,
+    _retry_after_seconds,
+    make_embedder,
+    plan_batches,
+)
+from activities.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.settings import Settings
+from tests.conftest import openai_settings
+from tests.fake_openai import FakeOpenAI, Fault
+
+
+def embedder(fake: FakeOpenAI, **kw: object) -> OpenAIEmbedder:
+    args: dict[str, object] = {
+        "model": "fake-embed",
+        "api_key": fake.api_key,
+        "base_url": fake.base_url,
+        "timeout": 1.0,
+        "max_retries": 3,
+    }
+    args.update(kw)
+    return OpenAIEmbedder(**args)  # type: ignore[arg-type]
+
+
+def test_batches_respect_input_and_token_limits() -> None:
+    many = ["x"] * 5000
+    assert [e - s for s, e in plan_batches(many, OPENAI_MAX_INPUTS, OPENAI_MAX_TOKENS)] == [
+        2048,
+        2048,
+        904,
+    ]
+    big = ["y" * 100_000] * 7  # 100k tokens at most each: three fit under 300k
+    assert plan_batches(big, OPENAI_MAX_INPUTS, OPENAI_MAX_TOKENS) == [(0, 3), (3, 6), (6, 7)]
+    chinese = ["学" * 50_000] * 3  # 150 KB of UTF-8 each: bounded by bytes, one per request
+    assert plan_batches(chinese, OPENAI_MAX_INPUTS, OPENAI_MAX_TOKENS) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_retry_after_forms() -> None:
+    assert _retry_after_seconds({"retry-after": "2"}) == 2.0
+    assert _retry_after_seconds({"retry-after-ms": "1500"}) == 1.5
+    http_date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 3))
+    assert 1.0 < (_retry_after_seconds({"retry-after": http_date}) or 0) <= 3.0
+    assert _retry_after_seconds({}) is None
+
+
+async def test_vectors_come_back_in_input_order(fake_openai: FakeOpenAI) -> None:
+    texts = [f"text {i}" for i in range(40)]
+    vectors = await embedder(fake_openai, max_inputs=16).embed(texts)
+    assert vectors == [pytest.approx(fake_openai.vector(t)) for t in texts]
+    assert fake_openai.requests == 3  # 16 + 16 + 8
+
+
+async def test_429_and_5xx_and_timeouts_are_retried(fake_openai: FakeOpenAI) -> None:
+    fake_openai.faults.extend(
+        [Fault(429, retry_after=0.5), Fault(500), Fault(200, hang_seconds=2.0)]
+    )
+    waits = []
+
+    async def on_wait() -> None:
+        waits.append(time.monotonic())
+
+    vectors = await embedder(fake_openai).embed(["a", "b"], on_wait)
+    assert len(vectors) == 2 and len(waits) == 3
+    assert fake_openai.requests == 4
+
+
+async def test_gives_up_after_max_retries_as_retryable(fake_openai: FakeOpenAI) -> None:
+    fake_openai.faults.extend([Fault(502)] * 3)
+    with pytest.raises(EmbeddingUnavailableError, match="kept failing after 3 tries"):
+        await embedder(fake_openai, max_retries=2).embed(["a"])
+
+
+@pytest.mark.parametrize(
+    ("kw", "words"),
+    [
+        ({"api_key": "wrong"}, "401: the API key was refused: check OPENAI_API_KEY"),
+        ({"model": "no-such-model"}, "404: model 'no-such-model'"),
+    ],
+)
+async def test_refusals_are_not_retried(fake_openai: FakeOpenAI, kw: dict, words: str) -> None:
+    with pytest.raises(EmbeddingRejectedError, match=words):
+        await embedder(fake_openai, **kw).embed(["a"])
+    assert fake_openai.requests == 1
+
+
+def test_provider_settings_are_checked(settings: Settings, fake_openai: FakeOpenAI) -> None:
+    bad = settings.model_copy(update={"embedding_provider": "openai"})
+    with pytest.raises(ValueError, match="needs OPENAI_API_KEY"):
+        make_embedder(bad)
+    with pytest.raises(ValueError, match="not available locally"):
+        make_embedder(settings.model_copy(update={"embedding_model": "bge-m3"}))
+    assert make_embedder(openai_settings(settings, fake_openai)).model_id == "openai:fake-embed"
