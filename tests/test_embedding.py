@@ -41,7 +41,7 @@ def test_batches_respect_input_and_token_limits() -> None:
     ]
     big = ["y" * 100_000] * 7  # 100k tokens at most each: three fit under 300k
     assert plan_batches(big, OPENAI_MAX_INPUTS, OPENAI_MAX_TOKENS) == [(0, 3), (3, 6), (6, 7)]
-    chinese = ["学" * 50_000] * 3  # 150 KB of UTF-8 each: bounded by bytes, one per request
+    chinese = ["学" * 60_000] * 3  # 180 KB of UTF-8 each: bounded by bytes, one per request
     assert plan_batches(chinese, OPENAI_MAX_INPUTS, OPENAI_MAX_TOKENS) == [(0, 1), (1, 2), (2, 3)]
 
 
