@@ -12,8 +12,10 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.database import Database
 from activities.document_import import ImportActivities
 from activities.embedding import Embedder
+from activities.task_events import EventActivities
 from activities.vector_store import VectorStore
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY, TaskQueue
@@ -29,9 +31,11 @@ def build_workers(
     settings: Settings,
     store: VectorStore,
     embedder: Embedder,
+    db: Database,
 ) -> Sequence[Worker]:
     """One worker per task queue that has implemented task types."""
     import_activities = ImportActivities(settings, store, embedder)
+    common = EventActivities(db).all()
     workflows_by_name = {w.__temporal_workflow_definition.name: w for w in WORKFLOWS}  # type: ignore[attr-defined]
     activities_by_queue = {TaskQueue.INGEST.value: import_activities.all()}
     queues: dict[str, list[type]] = {}
@@ -43,7 +47,7 @@ def build_workers(
             client,
             task_queue=settings.queue(queue),
             workflows=workflows,
-            activities=activities_by_queue.get(queue, []),
+            activities=[*common, *activities_by_queue.get(queue, [])],
             max_concurrent_activities=settings.worker_max_activities,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

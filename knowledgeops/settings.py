@@ -49,6 +49,18 @@ class Settings(BaseSettings):
     # on the CPU anyway; more helps with a remote embedding API.
     worker_max_activities: int = Field(default=8, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
 
+    # Application database (audit log, domain events, document catalogue). Empty: SQLite
+    # file under the data directory. PostgreSQL: postgresql+asyncpg://user:pw@host/db
+    database_url: str = Field(default="", alias="DATABASE_URL")
+    # Admin API bearer tokens as "token:operator,token2:operator2". Empty: admin API refused.
+    admin_tokens: str = Field(default="", alias="ADMIN_TOKENS")
+    # Largest task payload accepted by TaskQueueService (content goes by file id instead).
+    payload_max_bytes: int = Field(default=64 * 1024, gt=0, alias="PAYLOAD_MAX_BYTES")
+    upload_max_bytes: int = Field(default=100 * 1024 * 1024, gt=0, alias="UPLOAD_MAX_BYTES")
+    # Domain events are POSTed here, signed with HMAC-SHA256 of WEBHOOK_SECRET (comma-separated).
+    webhook_urls: str = Field(default="", alias="WEBHOOK_URLS")
+    webhook_secret: str = Field(default="", alias="WEBHOOK_SECRET")
+
     api_host: str = Field(default="127.0.0.1", alias="API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, alias="API_PORT")
     api_url: str = Field(default="", alias="API_URL")
@@ -77,6 +89,19 @@ class Settings(BaseSettings):
     @property
     def temporal_db(self) -> Path:
         return self.data_dir / "temporal.db"
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{(self.data_dir / 'app.db').resolve()}"
+
+    def admin_operators(self) -> dict[str, str]:
+        """token -> operator name."""
+        out: dict[str, str] = {}
+        for item in self.admin_tokens.split(","):
+            token, _, operator = item.strip().partition(":")
+            if token:
+                out[token] = operator or "admin"
+        return out
 
     @property
     def resolved_api_url(self) -> str:

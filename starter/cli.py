@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("dev", help="Temporal dev server + worker + API, all in one (Ctrl-C stops)")
     sub.add_parser("server", help="only the Temporal dev server, configured as `dev` does")
+    sub.add_parser("api", help="only the HTTP API (needs QDRANT_URL or a free local index)")
     w = sub.add_parser("worker", help="a worker against TEMPORAL_ADDRESS")
     w.add_argument("--no-api", action="store_true", help="do not serve the search API")
 
@@ -64,13 +65,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
     try:
-        if args.command in ("dev", "server", "worker"):
+        if args.command in ("dev", "server", "worker", "api"):
             from starter import node  # heavy (models, index): only for long-running commands
 
         if args.command == "dev":
             return node.run_dev(settings)
         if args.command == "server":
             return node.run_server(settings)
+        if args.command == "api":
+            return node.run_api(settings)
         if args.command == "worker":
             return node.run_standalone_worker(serve_api=False if args.no_api else None)
         return asyncio.run(_client_command(args, settings))

@@ -10,18 +10,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import uvicorn
 
+from activities.database import Database
 from activities.embedding import make_embedder
 from activities.vector_store import VectorStore
 from knowledgeops.settings import Settings, SettingsError, load_settings
 from knowledgeops.temporal import connect, ensure_search_attributes
-from starter.api import Runtime, create_app
 from starter.dev_server import TemporalDevServer
+from starter.http.app import create_app
+from starter.http.runtime import Runtime
+from starter.service import TaskQueueService
+from starter.webhooks import WebhookDispatcher
 from worker import build_workers
 
 log = logging.getLogger("knowledgeops")
@@ -45,22 +50,34 @@ async def run_node(
     stop: asyncio.Event,
     *,
     serve_api: bool,
+    run_workers: bool = True,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     client = await connect(settings)
     await ensure_search_attributes(client, settings.temporal_namespace)
+    db = await Database.open(settings)
     store = VectorStore.open(settings)
     embedder = make_embedder(settings)
     await embedder.warm_up()
-    workers = build_workers(client, settings, store, embedder)
-    api: _QuietSignalsServer | None = None
+    workers = build_workers(client, settings, store, embedder, db) if run_workers else []
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    api: _QuietSignalsServer | None = None
     if serve_api:
-        app = create_app(Runtime(settings=settings, store=store, embedder=embedder))
+        service = TaskQueueService(client, settings, db)
+        runtime = Runtime(settings, client, service, db, store, embedder)
         api = _QuietSignalsServer(
-            uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+            uvicorn.Config(
+                create_app(runtime),
+                host=settings.api_host,
+                port=settings.api_port,
+                log_level="warning",
+            )
         )
         tasks.append(asyncio.create_task(api.serve()))
+        urls = [u.strip() for u in settings.webhook_urls.split(",") if u.strip()]
+        if urls:
+            dispatcher = WebhookDispatcher(db, urls, settings.webhook_secret)
+            tasks.append(asyncio.create_task(dispatcher.run(stop)))
     if on_ready:
         on_ready()
     try:
@@ -71,11 +88,13 @@ async def run_node(
             if t in tasks and t.exception() is not None:
                 raise RuntimeError(f"a component stopped unexpectedly: {t.exception()}")
     finally:
+        stop.set()
         if api is not None:
             api.should_exit = True
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         await asyncio.gather(*tasks, return_exceptions=True)
         store.close()
+        await db.close()
 
 
 def _configure_logging() -> None:
@@ -125,6 +144,12 @@ def run_dev(settings: Settings) -> int:
     """Temporal dev server + worker + API in one command; Ctrl-C / SIGTERM stops all."""
     _configure_logging()
     server = dev_server_for(settings)
+    if not settings.admin_tokens:
+        # A fresh token per run, so the admin API is usable but never open by default.
+        settings = settings.model_copy(
+            update={"admin_tokens": f"{secrets.token_urlsafe(24)}:dev-admin"}
+        )
+    admin_token = next(iter(settings.admin_operators()))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -139,6 +164,7 @@ def run_dev(settings: Settings) -> int:
                     f"  Temporal:      {server.address}\n"
                     f"  Web UI:        {server.ui_url}\n"
                     f"  API:           {settings.resolved_api_url}  (docs at /docs)\n"
+                    f"  Admin token:   {admin_token}\n"
                     f"  Data:          {Path(settings.data_dir).resolve()}\n"
                     "Import with `knowledgeops import FILE --follow`; Ctrl-C stops everything.\n",
                     flush=True,
@@ -167,6 +193,26 @@ def run_server(settings: Settings) -> int:
             await stop.wait()
         finally:
             server.stop()
+
+    asyncio.run(main())
+    return 0
+
+
+def run_api(settings: Settings) -> int:
+    """Only the HTTP API (no workers). With the embedded index this needs the index folder to
+    be free, i.e. no worker running on it: use `dev`/`worker`, or QDRANT_URL."""
+    _configure_logging()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await run_node(
+            settings,
+            stop,
+            serve_api=True,
+            run_workers=False,
+            on_ready=lambda: print(f"API on {settings.resolved_api_url}", flush=True),
+        )
 
     asyncio.run(main())
     return 0

@@ -7,7 +7,9 @@ Temporal is the source of truth for task state: status is read from the workflow
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,8 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowHandle,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -26,28 +28,22 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import file_store
+from activities.database import Database
+from knowledgeops.events import RETRY_OF_MEMO
 from knowledgeops.models import DocumentImportPayload, DocumentMetadata, EmbedCheckpoint
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import (
     TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskNotImplementedError,
+    TaskSpec,
     TaskType,
     spec_for,
 )
-
-_STATUS = {
-    WorkflowExecutionStatus.COMPLETED: "completed",
-    WorkflowExecutionStatus.FAILED: "failed",
-    WorkflowExecutionStatus.CANCELED: "cancelled",
-    WorkflowExecutionStatus.TERMINATED: "terminated",
-    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
-    WorkflowExecutionStatus.CONTINUED_AS_NEW: "running",
-}
-FINISHED = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out"})
+from starter.task_queries import FINISHED, status_name
 
 
 class TaskRef(BaseModel):
@@ -107,16 +103,42 @@ def _error_text(err: BaseException) -> str:
     return str(getattr(err, "message", err))
 
 
+class PayloadTooLargeError(ValueError):
+    pass
+
+
+class TaskNotRetryableError(RuntimeError):
+    """Only failed, terminated or timed-out tasks can be retried (409 at the API)."""
+
+
+def _validate(spec: TaskSpec, payload: BaseModel | dict[str, Any]) -> BaseModel:
+    try:
+        return spec.payload_model.model_validate(
+            payload.model_dump() if isinstance(payload, BaseModel) else payload
+        )
+    except ValidationError as e:
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        raise PayloadInvalidError(f"Invalid {spec.task_type} payload: {fields}") from None
+
+
 class TaskQueueService:
-    def __init__(self, client: Client, settings: Settings) -> None:
+    """Start, inspect, cancel and retry tasks of any registered type. With a database, every
+    manual action (cancel, retry) is written to the audit log."""
+
+    def __init__(self, client: Client, settings: Settings, db: Database | None = None) -> None:
         self.client = client
         self.settings = settings
+        self.db = db
 
     async def enqueue(
         self,
         task_type: TaskType | str,
         payload: BaseModel | dict[str, Any],
         *,
+        idempotency_key: str | None = None,
+        requested_by: str | None = None,
         job_id: str | None = None,
     ) -> TaskRef:
         spec = spec_for(task_type)
@@ -125,37 +147,61 @@ class TaskQueueService:
                 f"Task type {spec.task_type} is registered but has no workflow yet; "
                 "it cannot be started"
             )
-        try:
-            model = spec.payload_model.model_validate(
-                payload.model_dump() if isinstance(payload, BaseModel) else payload
+        model = _validate(spec, payload)
+        size = len(model.model_dump_json())
+        if size > self.settings.payload_max_bytes:
+            raise PayloadTooLargeError(
+                f"{spec.task_type} payload is {size} bytes, over the limit of "
+                f"{self.settings.payload_max_bytes}; pass large content as a stored file id"
             )
-        except ValidationError as e:
-            fields = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-            )
-            raise PayloadInvalidError(f"Invalid {spec.task_type} payload: {fields}") from None
+        reuse = WorkflowIDReusePolicy.ALLOW_DUPLICATE
+        if job_id is None and idempotency_key:
+            # The key names the task: the same key can never start a second one.
+            digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+            job_id = f"{spec.task_type.value.lower()}-{digest}"
+            reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
         job_id = self.settings.job_id(
             job_id or f"{spec.task_type.value.lower()}-{uuid.uuid4().hex}"
         )
-        handle = await self.client.start_workflow(
-            spec.workflow,
-            model,
-            id=job_id,
-            task_queue=self.settings.queue(spec.task_queue.value),
-            execution_timeout=spec.execution_timeout,
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
-            ),
-            # A duplicate submission while the job runs joins it; a finished job may run again.
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        )
+        if idempotency_key and reuse == WorkflowIDReusePolicy.ALLOW_DUPLICATE:
+            existing = await self._run_with_key(job_id, idempotency_key)
+            if existing is not None:
+                return TaskRef(
+                    job_id=job_id,
+                    run_id=existing,
+                    task_type=spec.task_type,
+                    document_id=getattr(model, "document_id", None),
+                )
+        memo = {"requested_by": requested_by, "idempotency_key": idempotency_key}
+        try:
+            handle = await self.client.start_workflow(
+                spec.workflow,
+                model,
+                id=job_id,
+                task_queue=self.settings.queue(spec.task_queue.value),
+                execution_timeout=spec.execution_timeout,
+                search_attributes=_task_type_attribute(spec.task_type),
+                memo={k: v for k, v in memo.items() if v},
+                # A duplicate submission while the job runs joins it instead of doubling it.
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=reuse,
+            )
+            run_id = handle.result_run_id
+        except WorkflowAlreadyStartedError:
+            run_id = (await self._describe(job_id)).run_id
         return TaskRef(
-            job_id=handle.id,
-            run_id=handle.result_run_id,
+            job_id=job_id,
+            run_id=run_id,
             task_type=spec.task_type,
             document_id=getattr(model, "document_id", None),
         )
+
+    async def _run_with_key(self, job_id: str, key: str) -> str | None:
+        try:
+            desc = await self._describe(job_id)
+        except JobNotFoundError:
+            return None
+        return desc.run_id if (await desc.memo()).get("idempotency_key") == key else None
 
     async def import_file(
         self,
@@ -179,13 +225,16 @@ class TaskQueueService:
         filename: str,
         document_id: str | None = None,
         metadata: DocumentMetadata | None = None,
+        idempotency_key: str | None = None,
+        requested_by: str | None = None,
     ) -> TaskRef:
         doc_id = document_id or derive_document_id(file_id)
+        meta = metadata or DocumentMetadata()
         payload = DocumentImportPayload(
             file_id=file_id,
             document_id=doc_id,
             filename=filename,
-            metadata=metadata or DocumentMetadata(),
+            metadata=meta,
             chunking={
                 "chunk_tokens": self.settings.chunk_tokens,
                 "overlap_tokens": self.settings.chunk_overlap,
@@ -193,7 +242,25 @@ class TaskQueueService:
             embed_batch_size=self.settings.embedding_batch_size,
         )
         # One job id per document serialises imports of the same document.
-        return await self.enqueue(TaskType.DOCUMENT_IMPORT, payload, job_id=f"import-{doc_id}")
+        job_id = f"import-{doc_id}"
+        if self.db is not None:
+            # Catalogue first: the workflow's events update this row as the import proceeds.
+            await self.db.save_document(
+                document_id=doc_id,
+                title=meta.title,
+                filename=filename,
+                file_id=file_id,
+                tags=meta.tags,
+                owner=meta.owner,
+                job_id=self.settings.job_id(job_id),
+            )
+        return await self.enqueue(
+            TaskType.DOCUMENT_IMPORT,
+            payload,
+            job_id=job_id,
+            idempotency_key=idempotency_key,
+            requested_by=requested_by,
+        )
 
     async def _describe(self, job_id: str) -> WorkflowExecutionDescription:
         try:
@@ -208,7 +275,7 @@ class TaskQueueService:
         memo = await desc.memo()
         stage = str(memo.get("stage", "pending"))
         total = memo.get("total_chunks")
-        status = _STATUS.get(desc.status, "running") if desc.status else "running"
+        status = status_name(desc.status)
         done = 0
         attempts = 0
         last_error: str | None = None
@@ -252,11 +319,76 @@ class TaskQueueService:
             result=result,
         )
 
-    async def cancel(self, job_id: str) -> None:
-        current = await self.get_status(job_id)
-        if current.finished:
-            raise JobFinishedError(f"Job {job_id} already finished ({current.status})")
-        await self.client.get_workflow_handle(job_id).cancel()
+    async def cancel(self, job_id: str, *, reason: str = "", actor: str = "system") -> None:
+        try:
+            current = await self.get_status(job_id)
+            if current.finished:
+                raise JobFinishedError(f"Job {job_id} already finished ({current.status})")
+            await self.client.get_workflow_handle(job_id).cancel()
+        except Exception as e:
+            await self._audit(actor, "cancel", [job_id], reason, f"refused: {e}")
+            raise
+        await self._audit(actor, "cancel", [job_id], reason, "requested")
+
+    async def retry(self, job_id: str, *, reason: str = "", actor: str = "system") -> TaskRef:
+        """Start a new run of a failed, terminated or timed-out task with the same input.
+
+        The new run has the same job id and carries the old run id in its memo (`retry_of`);
+        it emits TaskRetried instead of TaskEnqueued."""
+        try:
+            ref = await self._retry(job_id, actor)
+        except Exception as e:
+            await self._audit(actor, "retry", [job_id], reason, f"refused: {e}")
+            raise
+        await self._audit(actor, "retry", [job_id], reason, "started", {"new_run_id": ref.run_id})
+        return ref
+
+    async def _retry(self, job_id: str, actor: str) -> TaskRef:
+        desc = await self._describe(job_id)
+        status = status_name(desc.status)
+        if status not in ("failed", "terminated", "timed_out"):
+            raise TaskNotRetryableError(
+                f"Job {job_id} is {status}; only failed, terminated or timed-out jobs can be "
+                "retried"
+            )
+        task_type = desc.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE)
+        spec = spec_for(task_type or "")
+        if spec.workflow is None:
+            raise TaskNotImplementedError(f"{spec.task_type} has no workflow")
+        history = await self.client.get_workflow_handle(job_id, run_id=desc.run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        [raw] = await self.client.data_converter.decode(started.input.payloads)
+        memo = await desc.memo()
+        handle: WorkflowHandle[Any, Any] = await self.client.start_workflow(
+            spec.workflow,
+            _validate(spec, raw),
+            id=job_id,
+            task_queue=started.task_queue.name,
+            execution_timeout=spec.execution_timeout,
+            search_attributes=_task_type_attribute(spec.task_type),
+            memo={**_carry_memo(memo), RETRY_OF_MEMO: desc.run_id, "retried_by": actor},
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+        return TaskRef(job_id=job_id, run_id=handle.result_run_id, task_type=spec.task_type)
+
+    async def _audit(
+        self,
+        actor: str,
+        action: str,
+        task_ids: list[str],
+        reason: str,
+        outcome: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        if self.db is not None:
+            await self.db.audit(
+                actor=actor,
+                action=action,
+                task_ids=task_ids,
+                reason=reason,
+                outcome=outcome,
+                details=details,
+            )
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
         """Block until the job finishes (a long poll on its result, not a polling loop)."""
@@ -270,6 +402,15 @@ class TaskQueueService:
             st = await self.get_status(job_id)
             raise TimeoutError(f"job {job_id} still {st.status} after {timeout}s") from None
         return await self.get_status(job_id)
+
+
+def _task_type_attribute(task_type: TaskType) -> TypedSearchAttributes:
+    return TypedSearchAttributes([SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, task_type.value)])
+
+
+def _carry_memo(memo: Mapping[str, Any]) -> dict[str, Any]:
+    # Progress keys belong to the old run; who asked and why stay with the task.
+    return {k: v for k, v in memo.items() if k in ("requested_by", "idempotency_key")}
 
 
 def _progress(stage: str, total: Any, done: int, started: datetime | None) -> JobProgress:

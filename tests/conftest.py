@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import Client
 
+from activities.database import Database
 from activities.embedding import Embedder, make_embedder
 from activities.vector_store import VectorStore
 from knowledgeops.settings import Settings
@@ -87,6 +90,7 @@ class Env:
     service: TaskQueueService
     embedder: Embedder
     _store: VectorStore | None
+    db: Database
 
     @property
     def store(self) -> VectorStore:
@@ -107,8 +111,9 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
     client = await connect(settings)
     store = VectorStore.open(settings) if worker else None
     embedder = make_embedder(settings)
-    env = Env(client, settings, TaskQueueService(client, settings), embedder, store)
-    workers = build_workers(client, settings, store, embedder) if store is not None else []
+    db = await Database.open(settings)
+    env = Env(client, settings, TaskQueueService(client, settings), embedder, store, db)
+    workers = build_workers(client, settings, store, embedder, db) if store is not None else []
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield env
@@ -117,6 +122,7 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
         await asyncio.gather(*tasks, return_exceptions=True)
         if store is not None:
             store.close()
+        await db.close()
 
 
 @pytest.fixture
@@ -164,3 +170,51 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> int:
             proc.kill()
             proc.wait()
     return proc.returncode
+
+
+@dataclass
+class Api:
+    http: httpx.AsyncClient
+    settings: Settings
+    admin: dict[str, str]
+
+    async def wait_job(self, job_id: str, timeout: float = 90) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            r = await self.http.get(f"/v1/jobs/{job_id}")
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = r.json()
+            if body["status"] in ("completed", "failed", "cancelled", "terminated", "timed_out"):
+                return body
+            assert loop.time() < deadline, body
+            await asyncio.sleep(0.2)
+
+
+ADMIN_TOKEN = "test-admin-token"
+
+
+@asynccontextmanager
+async def running_api(settings: Settings, *, workers: bool = True) -> AsyncIterator[Api]:
+    """The production composition (starter.node.run_node) on a free port, over real HTTP."""
+    from starter.node import run_node
+
+    if not settings.admin_tokens:
+        settings = settings.model_copy(update={"admin_tokens": f"{ADMIN_TOKEN}:alice"})
+    stop = asyncio.Event()
+    node = asyncio.create_task(run_node(settings, stop, serve_api=True, run_workers=workers))
+    base = f"http://{settings.api_host}:{settings.api_port}"
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        for _ in range(200):
+            assert not node.done(), node.exception()
+            try:
+                if (await http.get("/healthz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass  # not listening yet
+            await asyncio.sleep(0.05)
+        try:
+            yield Api(http, settings, {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        finally:
+            stop.set()
+            await node

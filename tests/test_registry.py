@@ -58,10 +58,12 @@ async def test_starting_a_type_without_workflow_is_refused(env: Env) -> None:
 
 def test_worker_registers_exactly_the_declared_activities() -> None:
     from activities.document_import import ImportActivities
+    from activities.task_events import EventActivities
 
     names = {
         fn.__temporal_activity_definition.name
-        for fn in vars(ImportActivities).values()
+        for cls in (ImportActivities, EventActivities)
+        for fn in vars(cls).values()
         if hasattr(fn, "__temporal_activity_definition")
     }
     assert names == set(REGISTRY[TaskType.DOCUMENT_IMPORT].activities)

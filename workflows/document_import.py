@@ -11,9 +11,12 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+from workflows.task_events import emit, emit_started
 
 with workflow.unsafe.imports_passed_through():
+    from knowledgeops.events import EventType
     from knowledgeops.models import (
         DeleteDocumentRequest,
         DocumentImportPayload,
@@ -42,6 +45,7 @@ def _options(name: str, **extra: Any) -> dict[str, Any]:
 class DocumentImportWorkflow:
     def __init__(self) -> None:
         self._progress = ImportProgress(stage="pending")
+        self._cleared: dict[str, bool] = {}
 
     def _stage(self, stage: str, total: int | None = None) -> None:
         self._progress.stage = stage
@@ -55,6 +59,27 @@ class DocumentImportWorkflow:
 
     @workflow.run
     async def run(self, payload: DocumentImportPayload) -> DocumentImportResult:
+        about = {"document_id": payload.document_id, "filename": payload.filename}
+        await emit_started(TaskType.DOCUMENT_IMPORT, about)
+        try:
+            result = await self._import(payload)
+        except (asyncio.CancelledError, ActivityError) as e:
+            if is_cancelled_exception(e):
+                await emit(
+                    TaskType.DOCUMENT_IMPORT, EventType.TASK_CANCELLED, about | self._cleared
+                )
+                raise
+            await emit(
+                TaskType.DOCUMENT_IMPORT,
+                EventType.TASK_FAILED,
+                about | self._cleared,
+                error=_describe(e),
+            )
+            raise
+        await emit(TaskType.DOCUMENT_IMPORT, EventType.TASK_COMPLETED, result.model_dump())
+        return result
+
+    async def _import(self, payload: DocumentImportPayload) -> DocumentImportResult:
         self._stage("parsing")
         parsed: ParseResult = await workflow.execute_activity(
             "parse_document",
@@ -94,6 +119,7 @@ class DocumentImportWorkflow:
         except (asyncio.CancelledError, ActivityError):
             # Never leave half a document searchable: remove what this import wrote.
             self._stage("cleaning up")
+            self._cleared = {"index_cleared": True}
             await workflow.execute_activity(
                 "delete_document_points",
                 DeleteDocumentRequest(document_id=payload.document_id),
@@ -113,3 +139,11 @@ class DocumentImportWorkflow:
             pages=parsed.pages,
             title=metadata.title,
         )
+
+
+def _describe(err: BaseException) -> str:
+    while isinstance(err, ActivityError) and err.cause is not None:
+        err = err.cause
+    if isinstance(err, ApplicationError) and err.type:
+        return f"{err.type}: {err.message}"
+    return str(err)

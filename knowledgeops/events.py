@@ -1,0 +1,42 @@
+"""Domain events of tasks: the contract between workflows (which emit them through an
+activity), the database (which stores them once per event id) and consumers (API, webhooks)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+# Memo key a manual retry sets on the new run: the run id it retries.
+RETRY_OF_MEMO = "retry_of"
+
+
+class EventType(StrEnum):
+    TASK_ENQUEUED = "TaskEnqueued"
+    TASK_STARTED = "TaskStarted"
+    TASK_COMPLETED = "TaskCompleted"
+    TASK_FAILED = "TaskFailed"
+    TASK_CANCELLED = "TaskCancelled"
+    TASK_RETRIED = "TaskRetried"
+
+
+class TaskEvent(BaseModel):
+    # Deterministic (job id, run id, event type): an activity retry re-sends the same id and
+    # the store keeps one copy, so consumers see each event once per id.
+    event_id: str
+    event_type: EventType
+    task_id: str
+    run_id: str
+    task_type: str
+    attempt: int = 1
+    at: datetime
+    error: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StoredEvent(TaskEvent):
+    """An event as consumers read it; `seq` is the cursor (`after=`)."""
+
+    seq: int

@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): public routes under /v1, admin routes under /v1/admin."""

@@ -1,0 +1,210 @@
+"""Admin API (/v1/admin): overview, task list and detail, manual retry / cancel (single and
+bulk), workers, audit log. Bearer tokens from ADMIN_TOKENS, each mapped to an operator name."""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query
+from pydantic import BaseModel, Field
+
+from knowledgeops.task_types import TaskType
+from starter import task_queries as tq
+from starter.http.errors import ERROR_RESPONSES, ApiError
+from starter.http.runtime import Runtime, RuntimeDep
+from starter.service import JobFinishedError, JobStatus, TaskNotRetryableError
+
+BULK_MAX = 1000
+
+
+def operator(rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> str:
+    """The operator behind the bearer token; 401 without a token, 403 with a wrong one."""
+    tokens = rt.settings.admin_operators()
+    if not tokens:
+        raise ApiError(
+            403, "admin_disabled", "The admin API is disabled: set ADMIN_TOKENS=token:operator"
+        )
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(
+            401,
+            "unauthenticated",
+            "Send Authorization: Bearer <admin token>",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    for known, name in tokens.items():
+        if hmac.compare_digest(known.encode(), token.encode()):
+            return name
+    raise ApiError(403, "forbidden", "This token is not an admin token")
+
+
+Operator = Annotated[str, Depends(operator)]
+router = APIRouter(prefix="/v1/admin", responses=ERROR_RESPONSES, dependencies=[Depends(operator)])
+
+
+@router.get("/overview", response_model=tq.Overview)
+async def overview(rt: RuntimeDep) -> tq.Overview:
+    return await tq.overview(rt.client, rt.settings)
+
+
+def _filter(
+    type: TaskType | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tq.TaskFilter:
+    if status is not None and status not in tq.VISIBILITY_STATUS:
+        raise ApiError(
+            422, "invalid_request", f"status must be one of {sorted(tq.VISIBILITY_STATUS)}"
+        )
+    return tq.TaskFilter(task_type=type, status=status, since=since, until=until)
+
+
+@router.get("/tasks", response_model=tq.TaskPage)
+async def list_tasks(
+    rt: RuntimeDep,
+    flt: Annotated[tq.TaskFilter, Depends(_filter)],
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> tq.TaskPage:
+    """Newest first; pass `next_cursor` back as `cursor` for the next page."""
+    return await tq.list_tasks(rt.client, rt.settings, flt, limit, cursor)
+
+
+class TaskDetail(BaseModel):
+    status: JobStatus
+    input: Any
+    activities: list[dict[str, Any]]
+    runs: list[tq.RunInfo]
+    last_checkpoint: dict[str, Any] | None
+
+
+@router.get("/tasks/{job_id}", response_model=TaskDetail)
+async def task_detail(rt: RuntimeDep, job_id: str) -> TaskDetail:
+    status = await rt.service.get_status(job_id)
+    log = await tq.execution_log(rt.client, job_id)
+    return TaskDetail(
+        status=status,
+        input=log["input"],
+        activities=log["activities"],
+        runs=await tq.runs_of(rt.client, rt.settings, job_id),
+        last_checkpoint=None if status.finished else await tq.last_checkpoint(rt.client, job_id),
+    )
+
+
+class ActionRequest(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class ActionAccepted(BaseModel):
+    job_id: str
+    action: str
+    run_id: str | None = None
+
+
+@router.post("/tasks/{job_id}/retry", status_code=202, response_model=ActionAccepted)
+async def retry_task(
+    rt: RuntimeDep, who: Operator, job_id: str, body: ActionRequest
+) -> ActionAccepted:
+    ref = await rt.service.retry(job_id, reason=body.reason, actor=who)
+    return ActionAccepted(job_id=job_id, action="retry", run_id=ref.run_id)
+
+
+@router.post("/tasks/{job_id}/cancel", status_code=202, response_model=ActionAccepted)
+async def cancel_task(
+    rt: RuntimeDep, who: Operator, job_id: str, body: ActionRequest
+) -> ActionAccepted:
+    await rt.service.cancel(job_id, reason=body.reason, actor=who)
+    return ActionAccepted(job_id=job_id, action="cancel")
+
+
+class BulkFilter(BaseModel):
+    type: TaskType | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+class BulkRequest(BaseModel):
+    action: Literal["retry", "cancel"]
+    filter: BulkFilter
+    reason: str = Field(min_length=1, max_length=2000)
+    max_tasks: int = Field(default=200, ge=1, le=BULK_MAX)
+
+
+class BulkResult(BaseModel):
+    action: str
+    matched: int
+    done: list[str]
+    skipped: dict[str, str]
+
+
+@router.post("/tasks/bulk", response_model=BulkResult)
+async def bulk_action(rt: RuntimeDep, who: Operator, body: BulkRequest) -> BulkResult:
+    flt = _filter(body.filter.type, body.filter.status, body.filter.since, body.filter.until)
+    page = await tq.list_tasks(rt.client, rt.settings, flt, limit=body.max_tasks)
+    done: list[str] = []
+    skipped: dict[str, str] = {}
+    for item in page.items:
+        try:
+            if body.action == "retry":
+                await rt.service.retry(item.job_id, reason=body.reason, actor=who)
+            else:
+                await rt.service.cancel(item.job_id, reason=body.reason, actor=who)
+            done.append(item.job_id)
+        except (JobFinishedError, TaskNotRetryableError) as e:
+            skipped[item.job_id] = str(e)
+    await rt.db.audit(
+        actor=who,
+        action=f"bulk_{body.action}",
+        task_ids=[i.job_id for i in page.items],
+        reason=body.reason,
+        outcome=f"{len(done)} done, {len(skipped)} skipped",
+        details={"filter": body.filter.model_dump(mode="json"), "skipped": skipped},
+    )
+    return BulkResult(action=body.action, matched=len(page.items), done=done, skipped=skipped)
+
+
+@router.get("/workers", response_model=list[tq.WorkerInfo])
+async def workers(rt: RuntimeDep) -> list[tq.WorkerInfo]:
+    """Workers that polled a queue in the last 90 s (Temporal lists dead ones for ~5 min)."""
+    return await tq.live_workers(rt.client, rt.settings)
+
+
+class AuditRecord(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    task_ids: list[str]
+    reason: str
+    outcome: str
+    details: dict[str, Any]
+
+
+@router.get("/audit", response_model=list[AuditRecord])
+async def audit_log(
+    rt: RuntimeDep,
+    actor: str | None = None,
+    action: str | None = None,
+    task_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before_id: int | None = None,
+) -> list[AuditRecord]:
+    rows = await rt.db.audit_records(
+        actor=actor,
+        action=action,
+        task_id=task_id,
+        since=since,
+        until=until,
+        limit=limit,
+        before_id=before_id,
+    )
+    return [AuditRecord.model_validate(r, from_attributes=True) for r in rows]
+
+
+__all__ = ["Runtime", "router"]

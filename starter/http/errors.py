@@ -1,0 +1,87 @@
+"""One JSON error shape for every failure: {"error": {"code", "message"}}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from knowledgeops.task_types import TaskNotImplementedError
+from starter.service import (
+    JobFinishedError,
+    JobNotFoundError,
+    PayloadInvalidError,
+    PayloadTooLargeError,
+    TaskNotRetryableError,
+)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message}}
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+# Service exceptions and the status / code each one maps to.
+_MAPPED: list[tuple[type[Exception], int, str]] = [
+    (JobNotFoundError, 404, "not_found"),
+    (JobFinishedError, 409, "already_finished"),
+    (TaskNotRetryableError, 409, "not_retryable"),
+    (PayloadTooLargeError, 413, "payload_too_large"),
+    (PayloadInvalidError, 422, "invalid_payload"),
+    (TaskNotImplementedError, 501, "task_type_not_implemented"),
+]
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 501)
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, e: ApiError) -> JSONResponse:
+        return error_response(e.status, e.code, e.message, e.headers)
+
+    for exc_type, status, code in _MAPPED:
+
+        async def _mapped(
+            _: Request, e: Exception, status: int = status, code: str = code
+        ) -> JSONResponse:
+            return error_response(status, code, str(e))
+
+        app.add_exception_handler(exc_type, _mapped)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        return error_response(422, "invalid_request", fields)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return error_response(e.status_code, code, str(e.detail))

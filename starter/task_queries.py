@@ -1,0 +1,329 @@
+"""Read-side queries over Temporal for the admin API: lists, details, overview, workers.
+
+Everything is read from Temporal (visibility, describe, history); nothing is mirrored.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue as TaskQueueProto
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+
+from knowledgeops.events import RETRY_OF_MEMO
+from knowledgeops.models import EmbedCheckpoint
+from knowledgeops.settings import Settings
+from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
+
+# Visibility names of our status vocabulary ("pending" is Running that no worker picked up).
+VISIBILITY_STATUS = {
+    "pending": "Running",
+    "running": "Running",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Canceled",
+    "terminated": "Terminated",
+    "timed_out": "TimedOut",
+}
+_FROM_VISIBILITY = {
+    "Running": "running",
+    "Completed": "completed",
+    "Failed": "failed",
+    "Canceled": "cancelled",
+    "Terminated": "terminated",
+    "TimedOut": "timed_out",
+    "ContinuedAsNew": "running",
+}
+# describe_task_queue lists pollers seen in the last ~5 minutes; newer than this is "live".
+LIVE_WORKER_WINDOW = timedelta(seconds=90)
+MAX_LIST_SCAN = 5000
+INPUT_SUMMARY_CHARS = 2000
+
+
+class TaskSummary(BaseModel):
+    job_id: str
+    run_id: str
+    task_type: str | None
+    status: str
+    started_at: datetime | None
+    closed_at: datetime | None
+
+
+class TaskPage(BaseModel):
+    items: list[TaskSummary]
+    next_cursor: str | None
+
+
+class TaskFilter(BaseModel):
+    task_type: TaskType | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+class ActivityAttempt(BaseModel):
+    activity: str
+    activity_id: str
+    attempt: int
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    outcome: str = "running"
+    error: str | None = None
+
+
+class RunInfo(BaseModel):
+    run_id: str
+    status: str
+    started_at: datetime | None
+    closed_at: datetime | None
+    retry_of: str | None = None
+
+
+class WorkerInfo(BaseModel):
+    identity: str
+    task_queue: str
+    kind: str
+    last_seen: datetime | None
+
+
+class QueueStats(BaseModel):
+    task_queue: str
+    backlog_count: int
+    backlog_age_seconds: float
+    tasks_add_rate: float
+    tasks_dispatch_rate: float
+    workers: list[WorkerInfo]
+
+
+class Overview(BaseModel):
+    task_types: dict[str, dict[str, int]]
+    queues: list[QueueStats]
+
+
+def build_query(settings: Settings, flt: TaskFilter, before: datetime | None = None) -> str:
+    parts = [f"{TASK_TYPE_SEARCH_ATTRIBUTE.name} IS NOT NULL"]
+    if settings.prefix:
+        parts.append(f"WorkflowId STARTS_WITH {json.dumps(settings.prefix)}")
+    if flt.task_type:
+        parts.append(f"{TASK_TYPE_SEARCH_ATTRIBUTE.name} = {json.dumps(flt.task_type.value)}")
+    if flt.status:
+        if flt.status not in VISIBILITY_STATUS:
+            raise ValueError(f"unknown status {flt.status!r}; one of {sorted(VISIBILITY_STATUS)}")
+        parts.append(f"ExecutionStatus = {json.dumps(VISIBILITY_STATUS[flt.status])}")
+    if flt.since:
+        parts.append(f'StartTime >= "{_iso(flt.since)}"')
+    if flt.until:
+        parts.append(f'StartTime < "{_iso(flt.until)}"')
+    if before:
+        parts.append(f'StartTime < "{_iso(before)}"')
+    return " AND ".join(parts)
+
+
+def _iso(dt: datetime) -> str:
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+
+
+def status_name(status: WorkflowExecutionStatus | None) -> str:
+    return _STATUS.get(status, "running") if status is not None else "running"
+
+
+_STATUS = {
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "running",
+}
+FINISHED = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out"})
+
+
+def _summary(w: WorkflowExecution) -> TaskSummary:
+    return TaskSummary(
+        job_id=w.id,
+        run_id=w.run_id,
+        task_type=w.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE),
+        status=status_name(w.status),
+        started_at=w.start_time,
+        closed_at=w.close_time,
+    )
+
+
+async def list_tasks(
+    client: Client, settings: Settings, flt: TaskFilter, limit: int = 50, cursor: str | None = None
+) -> TaskPage:
+    """Newest first. The SQL visibility store has no ORDER BY, so each page scans the matching
+    executions older than the cursor (bounded by MAX_LIST_SCAN) and sorts them here."""
+    before = datetime.fromisoformat(cursor) if cursor else None
+    rows: list[TaskSummary] = []
+    async for w in client.list_workflows(build_query(settings, flt, before), limit=MAX_LIST_SCAN):
+        rows.append(_summary(w))
+    rows.sort(key=lambda r: r.started_at or datetime.min.replace(tzinfo=UTC), reverse=True)
+    page = rows[:limit]
+    more = len(rows) > limit and page[-1].started_at is not None
+    return TaskPage(items=page, next_cursor=_iso(page[-1].started_at) if more else None)  # type: ignore[arg-type]
+
+
+async def runs_of(client: Client, settings: Settings, job_id: str) -> list[RunInfo]:
+    """Every run of a job id (retries and re-imports), newest first."""
+    runs: list[RunInfo] = []
+    async for w in client.list_workflows(f"WorkflowId = {json.dumps(job_id)}"):
+        memo = await w.memo()
+        s = _summary(w)
+        runs.append(
+            RunInfo(
+                run_id=w.run_id,
+                status=s.status,
+                started_at=w.start_time,
+                closed_at=w.close_time,
+                retry_of=memo.get(RETRY_OF_MEMO),
+            )
+        )
+    runs.sort(key=lambda r: r.started_at or datetime.min.replace(tzinfo=UTC), reverse=True)
+    return runs
+
+
+async def execution_log(client: Client, job_id: str, run_id: str | None = None) -> dict[str, Any]:
+    """Input summary and every activity attempt (start / end / error) of one run."""
+    history = await client.get_workflow_handle(job_id, run_id=run_id).fetch_history()
+    attempts: dict[int, ActivityAttempt] = {}
+    input_summary: Any = None
+    for e in history.events:
+        t = e.event_type
+        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            payloads = e.workflow_execution_started_event_attributes.input.payloads
+            values = await client.data_converter.decode(payloads) if payloads else []
+            text = json.dumps(values[0] if values else None, default=str, ensure_ascii=False)
+            input_summary = (
+                values[0]
+                if len(text) <= INPUT_SUMMARY_CHARS
+                else text[:INPUT_SUMMARY_CHARS] + "..."
+            )
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = e.activity_task_scheduled_event_attributes
+            attempts[e.event_id] = ActivityAttempt(
+                activity=a.activity_type.name,
+                activity_id=a.activity_id,
+                attempt=1,
+                scheduled_at=e.event_time.ToDatetime(UTC),
+            )
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            a2 = e.activity_task_started_event_attributes
+            rec = attempts[a2.scheduled_event_id]
+            rec.attempt = a2.attempt
+            rec.started_at = e.event_time.ToDatetime(UTC)
+            if a2.HasField("last_failure") and a2.last_failure.message:
+                rec.error = a2.last_failure.message  # why the previous attempts failed
+        else:
+            outcome = {
+                EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: (
+                    "completed",
+                    "activity_task_completed_event_attributes",
+                ),
+                EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: (
+                    "failed",
+                    "activity_task_failed_event_attributes",
+                ),
+                EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: (
+                    "timed_out",
+                    "activity_task_timed_out_event_attributes",
+                ),
+                EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: (
+                    "cancelled",
+                    "activity_task_canceled_event_attributes",
+                ),
+            }.get(t)
+            if outcome is None:
+                continue
+            attrs = getattr(e, outcome[1])
+            rec = attempts[attrs.scheduled_event_id]
+            rec.outcome = outcome[0]
+            rec.ended_at = e.event_time.ToDatetime(UTC)
+            failure = getattr(attrs, "failure", None)
+            if failure is not None and failure.message:
+                rec.error = failure.message
+    return {
+        "input": input_summary,
+        "activities": [a.model_dump(mode="json") for a in attempts.values()],
+    }
+
+
+async def last_checkpoint(client: Client, job_id: str) -> dict[str, Any] | None:
+    desc = await client.get_workflow_handle(job_id).describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.heartbeat_details.payloads:
+            [details] = await client.data_converter.decode(pa.heartbeat_details.payloads)
+            if pa.activity_type.name == "embed_and_upsert":
+                return EmbedCheckpoint.model_validate(details).model_dump() | {
+                    "activity": pa.activity_type.name,
+                    "attempt": pa.attempt,
+                }
+            return {"activity": pa.activity_type.name, "details": details}
+    return None
+
+
+async def overview(client: Client, settings: Settings) -> Overview:
+    counts: dict[str, dict[str, int]] = {}
+    for t in TaskType:
+        query = f"{TASK_TYPE_SEARCH_ATTRIBUTE.name} = {json.dumps(t.value)}"
+        if settings.prefix:
+            query += f" AND WorkflowId STARTS_WITH {json.dumps(settings.prefix)}"
+        result = await client.count_workflows(query + " GROUP BY ExecutionStatus")
+        counts[t.value] = {
+            _FROM_VISIBILITY.get(str(g.group_values[0]), str(g.group_values[0])): g.count
+            for g in result.groups
+        }
+    queues = [await queue_stats(client, settings, settings.queue(q.value)) for q in TaskQueue]
+    return Overview(task_types=counts, queues=queues)
+
+
+async def queue_stats(client: Client, settings: Settings, name: str) -> QueueStats:
+    backlog, age, add, dispatch = 0, 0.0, 0.0, 0.0
+    workers: list[WorkerInfo] = []
+    now = datetime.now(UTC)
+    for kind, label in (
+        (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflow"),
+        (TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activity"),
+    ):
+        resp = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=settings.temporal_namespace,
+                task_queue=TaskQueueProto(name=name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+                task_queue_type=kind,
+                report_stats=True,
+            )
+        )
+        if resp.HasField("stats"):
+            st = resp.stats
+            backlog += st.approximate_backlog_count
+            age = max(age, st.approximate_backlog_age.ToTimedelta().total_seconds())
+            add += st.tasks_add_rate
+            dispatch += st.tasks_dispatch_rate
+        for p in resp.pollers:
+            seen = p.last_access_time.ToDatetime(UTC) if p.HasField("last_access_time") else None
+            if seen is not None and now - seen <= LIVE_WORKER_WINDOW:
+                workers.append(
+                    WorkerInfo(identity=p.identity, task_queue=name, kind=label, last_seen=seen)
+                )
+    return QueueStats(
+        task_queue=name,
+        backlog_count=backlog,
+        backlog_age_seconds=round(age, 3),
+        tasks_add_rate=round(add, 3),
+        tasks_dispatch_rate=round(dispatch, 3),
+        workers=workers,
+    )
+
+
+async def live_workers(client: Client, settings: Settings) -> list[WorkerInfo]:
+    out: list[WorkerInfo] = []
+    for q in TaskQueue:
+        out.extend((await queue_stats(client, settings, settings.queue(q.value))).workers)
+    return out

@@ -1,0 +1,330 @@
+"""The HTTP API through real HTTP, with the real worker and Temporal dev server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from knowledgeops.settings import Settings
+from tests.conftest import EXAMPLES, Api, openai_settings, running_api
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import numbered_paragraphs
+
+
+def upload(path: Path, name: str | None = None, **form: str) -> dict[str, Any]:
+    return {"files": {"file": (name or path.name, path.read_bytes())}, "data": form}
+
+
+async def test_upload_follow_search_and_catalogue(settings: Settings) -> None:
+    async with running_api(settings) as api:
+        r = await api.http.post("/v1/documents", **upload(EXAMPLES / "photosynthesis.html"))
+        assert r.status_code == 202, r.text
+        body = r.json()
+        assert body["status"] == "pending" and body["status_url"] == f"/v1/jobs/{body['job_id']}"
+        done = await api.wait_job(body["job_id"])
+        assert done["status"] == "completed", done
+        chunks = done["result"]["total_chunks"]
+
+        hits = (await api.http.get("/v1/search", params={"q": "What does RuBisCO fix?"})).json()
+        assert hits[0]["document_id"] == body["document_id"] and "RuBisCO" in hits[0]["text"]
+
+        docs = (await api.http.get("/v1/documents")).json()
+        assert docs["total"] == 1
+        assert docs["items"][0]["status"] == "ready"
+        assert docs["items"][0]["indexed_chunks"] == chunks
+        doc = (await api.http.get(f"/v1/documents/{body['document_id']}")).json()
+        assert doc["points_in_index"] == chunks and doc["job"]["status"] == "completed"
+        assert doc["title"] == "Photosynthesis"
+
+
+async def test_error_statuses_share_one_shape(settings: Settings, tmp_path: Path) -> None:
+    small = settings.model_copy(update={"upload_max_bytes": 4096})
+    async with running_api(small) as api:
+        http = api.http
+
+        def expect(r: httpx.Response, status: int, code: str) -> None:
+            assert r.status_code == status, r.text
+            assert r.json()["error"]["code"] == code and r.json()["error"]["message"]
+
+        big = tmp_path / "big.txt"
+        big.write_text("x" * 200_000)
+        expect(await http.post("/v1/documents", **upload(big)), 413, "file_too_large")
+        empty = tmp_path / "empty.txt"
+        empty.write_bytes(b"")
+        expect(await http.post("/v1/documents", **upload(empty)), 400, "empty_file")
+        png = tmp_path / "p.png"
+        png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+        # Content decides, not the name.
+        r = await http.post("/v1/documents", **upload(png, name="notes.txt"))
+        expect(r, 415, "unsupported_media_type")
+        assert not list(small.files_dir.glob("*")), "rejected uploads are not kept"
+        expect(await http.get("/v1/jobs/nope"), 404, "not_found")
+        expect(await http.post("/v1/jobs/nope/cancel"), 404, "not_found")
+        expect(
+            await http.post("/v1/tasks", json={"type": "NOPE", "payload": {}}),
+            400,
+            "unknown_task_type",
+        )
+        r = await http.post("/v1/tasks", json={"type": "OCR_PROCESS", "payload": {}})
+        expect(r, 501, "task_type_not_implemented")
+        r = await http.post(
+            "/v1/tasks", json={"type": "DOCUMENT_IMPORT", "payload": {"file_id": "x"}}
+        )
+        expect(r, 422, "invalid_payload")
+        assert "document_id" in r.json()["error"]["message"]
+        r = await http.post(
+            "/v1/tasks",
+            json={
+                "type": "DOCUMENT_IMPORT",
+                "payload": {
+                    "file_id": "a" * 64,
+                    "document_id": "d",
+                    "filename": "f" * 400,
+                    "metadata": {"tags": ["t" * 2000] * 40},
+                },
+            },
+        )
+        expect(r, 413, "payload_too_large")
+        expect(await http.get("/v1/search", params={"q": ""}), 422, "invalid_request")
+
+        hostile = tmp_path / "ok.txt"
+        hostile.write_text("A perfectly normal note about tides.\n")
+        r = await http.post("/v1/documents", **upload(hostile, name="../../../../tmp/evil.txt"))
+        assert r.status_code == 202, r.text
+        stored = list(small.files_dir.iterdir())
+        assert len(stored) == 1 and stored[0].parent == small.files_dir
+        done = await api.wait_job(r.json()["job_id"])
+        assert done["status"] == "completed"
+        expect(await http.post(f"/v1/jobs/{done['job_id']}/cancel"), 409, "already_finished")
+
+
+async def test_idempotent_enqueue(settings: Settings) -> None:
+    async with running_api(settings) as api:
+        form = {"idempotency_key": "upload-42"}
+        first = (
+            await api.http.post(
+                "/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt", **form)
+            )
+        ).json()
+        await api.wait_job(first["job_id"])
+        again = await api.http.post(
+            "/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt", **form)
+        )
+        assert again.status_code == 202 and again.json()["job_id"] == first["job_id"]
+        detail = (
+            await api.http.get(f"/v1/admin/tasks/{first['job_id']}", headers=api.admin)
+        ).json()
+        assert len(detail["runs"]) == 1, "the same key must not start a second run"
+        # Without the key, a re-import is a new run of the same job.
+        await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
+        await api.wait_job(first["job_id"])
+        detail = (
+            await api.http.get(f"/v1/admin/tasks/{first['job_id']}", headers=api.admin)
+        ).json()
+        assert len(detail["runs"]) == 2
+
+
+async def test_cancel_through_api_and_events_in_order(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "long.txt"
+    doc.write_text(numbered_paragraphs(300))
+    fake_openai.latency = 0.2
+    async with running_api(openai_settings(settings, fake_openai)) as api:
+        body = (await api.http.post("/v1/documents", **upload(doc))).json()
+        job = body["job_id"]
+        for _ in range(200):
+            st = (await api.http.get(f"/v1/jobs/{job}")).json()
+            if st["progress"]["done"] >= 32:
+                break
+            await asyncio.sleep(0.1)
+        r = await api.http.post(f"/v1/jobs/{job}/cancel", json={"reason": "changed my mind"})
+        assert r.status_code == 202
+        final = await api.wait_job(job)
+        assert final["status"] == "cancelled"
+        doc_row = (await api.http.get(f"/v1/documents/{body['document_id']}")).json()
+        assert doc_row["points_in_index"] == 0 and doc_row["status"] == "cancelled"
+
+        page = (await api.http.get("/v1/events", params={"task_id": job})).json()
+        kinds = [e["event_type"] for e in page["events"]]
+        assert kinds == ["TaskEnqueued", "TaskStarted", "TaskCancelled"]
+        audit = (
+            await api.http.get("/v1/admin/audit", params={"task_id": job}, headers=api.admin)
+        ).json()
+        assert audit[0]["action"] == "cancel" and audit[0]["reason"] == "changed my mind"
+
+
+async def test_events_feed_and_streams_deliver_each_event_once_in_order(settings: Settings) -> None:
+    async with running_api(settings) as api:
+        jobs = []
+        for name in ("spaced-repetition.txt", "temporal-retries.md"):
+            jobs.append(
+                (await api.http.post("/v1/documents", **upload(EXAMPLES / name))).json()["job_id"]
+            )
+        for j in jobs:
+            await api.wait_job(j)
+        everything = (await api.http.get("/v1/events", params={"after": 0, "limit": 1000})).json()
+        events = everything["events"]
+        assert len({e["event_id"] for e in events}) == len(events) == 6
+        assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+        for j in jobs:
+            mine = [e["event_type"] for e in events if e["task_id"] == j]
+            assert mine == ["TaskEnqueued", "TaskStarted", "TaskCompleted"]
+        # Paging one at a time with the cursor yields exactly the same sequence.
+        paged, cursor = [], 0
+        while True:
+            page = (await api.http.get("/v1/events", params={"after": cursor, "limit": 1})).json()
+            if not page["events"]:
+                break
+            paged += page["events"]
+            cursor = page["next_cursor"]
+        assert [e["event_id"] for e in paged] == [e["event_id"] for e in events]
+        # The SSE feed, resumed from the second event via Last-Event-ID.
+        streamed = []
+        headers = {"Last-Event-ID": str(events[1]["seq"])}
+        async with api.http.stream("GET", "/v1/events/stream", headers=headers) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("id: "):
+                    streamed.append(int(line[4:]))
+                if len(streamed) == 4:
+                    break
+        assert streamed == [e["seq"] for e in events[2:6]]
+        # A job's live status stream ends with its final status.
+        statuses = []
+        async with api.http.stream("GET", f"/v1/jobs/{jobs[0]}/events") as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    statuses.append(line)
+        assert '"status": "completed"' in statuses[-1]
+
+
+async def test_manual_retry_links_runs_and_is_audited(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "r.txt"
+    doc.write_text(numbered_paragraphs(20))
+    fake_openai.api_key = "rotated-key"  # the worker's key is refused: the import fails
+    async with running_api(openai_settings(settings, fake_openai, openai_api_key="old-key")) as api:
+        job = (await api.http.post("/v1/documents", **upload(doc))).json()["job_id"]
+        failed = await api.wait_job(job)
+        assert failed["status"] == "failed" and "EmbeddingRejected" in failed["last_error"]
+        fake_openai.api_key = "old-key"  # the provider accepts it again
+        r = await api.http.post(
+            f"/v1/admin/tasks/{job}/retry", json={"reason": "key fixed"}, headers=api.admin
+        )
+        assert r.status_code == 202, r.text
+        new_run = r.json()["run_id"]
+        busy = await api.http.post(
+            f"/v1/admin/tasks/{job}/retry", json={"reason": "again"}, headers=api.admin
+        )
+        assert busy.status_code == 409 or (await api.wait_job(job))["status"] == "completed"
+        done = await api.wait_job(job)
+        assert done["status"] == "completed"
+        detail = (await api.http.get(f"/v1/admin/tasks/{job}", headers=api.admin)).json()
+        runs = detail["runs"]
+        assert runs[0]["run_id"] == new_run and runs[0]["retry_of"] == runs[1]["run_id"]
+        assert [a["activity"] for a in detail["activities"]].count("embed_and_upsert") == 1
+        assert detail["input"]["document_id"]
+        audit = (
+            await api.http.get("/v1/admin/audit", params={"action": "retry"}, headers=api.admin)
+        ).json()
+        first = audit[-1]
+        assert (first["actor"], first["task_ids"], first["reason"]) == ("alice", [job], "key fixed")
+        assert first["outcome"] == "started"
+        events = (await api.http.get("/v1/events", params={"task_id": job})).json()["events"]
+        kinds = [e["event_type"] for e in events]
+        assert kinds[:3] == ["TaskEnqueued", "TaskStarted", "TaskFailed"]
+        assert kinds[3:] == ["TaskRetried", "TaskStarted", "TaskCompleted"]
+        assert events[3]["data"]["retry_of"] == runs[1]["run_id"]
+
+
+async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
+    async with running_api(settings, workers=False) as api:
+        job = (
+            await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
+        ).json()["job_id"]
+        assert (await api.http.get(f"/v1/jobs/{job}")).json()["status"] == "pending"
+        queue = f"{settings.prefix}knowledgeops-ingest"
+        for _ in range(100):
+            ov = (await api.http.get("/v1/admin/overview", headers=api.admin)).json()
+            ingest = next(q for q in ov["queues"] if q["task_queue"] == queue)
+            if ingest["backlog_count"] >= 1:
+                break
+            await asyncio.sleep(0.2)
+        assert ingest["backlog_count"] >= 1 and ingest["workers"] == []
+        assert ov["task_types"]["DOCUMENT_IMPORT"] == {"running": 1}
+        listed = (
+            await api.http.get("/v1/admin/tasks", params={"status": "running"}, headers=api.admin)
+        ).json()
+        assert [t["job_id"] for t in listed["items"]] == [job]
+    async with running_api(settings) as api:
+        assert (await api.wait_job(job))["status"] == "completed"
+        ov = (await api.http.get("/v1/admin/overview", headers=api.admin)).json()
+        ingest = next(q for q in ov["queues"] if q["task_queue"] == queue)
+        assert ingest["workers"], "the running worker must be listed"
+        assert ov["task_types"]["DOCUMENT_IMPORT"] == {"completed": 1}
+        workers = (await api.http.get("/v1/admin/workers", headers=api.admin)).json()
+        assert {w["task_queue"] for w in workers} == {queue}
+
+
+async def test_admin_endpoints_refuse_without_a_valid_token(settings: Settings) -> None:
+    async with running_api(settings) as api:
+        for method, path in [
+            ("GET", "/v1/admin/overview"),
+            ("GET", "/v1/admin/tasks"),
+            ("GET", "/v1/admin/tasks/x"),
+            ("POST", "/v1/admin/tasks/x/retry"),
+            ("POST", "/v1/admin/tasks/x/cancel"),
+            ("POST", "/v1/admin/tasks/bulk"),
+            ("GET", "/v1/admin/workers"),
+            ("GET", "/v1/admin/audit"),
+        ]:
+            none = await api.http.request(method, path, json={"reason": "x"})
+            assert none.status_code == 401 and none.json()["error"]["code"] == "unauthenticated"
+            wrong = await api.http.request(
+                method, path, json={"reason": "x"}, headers={"Authorization": "Bearer nope"}
+            )
+            assert wrong.status_code == 403 and "tasks" not in wrong.text
+    no_tokens = settings.model_copy(update={"admin_tokens": ""})
+    from tests.conftest import running_api as plain
+
+    async with plain(no_tokens.model_copy(update={"admin_tokens": "only:bob"})) as api:
+        r = await api.http.get("/v1/admin/overview", headers=api.admin)
+        assert r.status_code == 403
+
+
+async def test_bulk_retry_and_delete_document(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.api_key = "other"
+    async with running_api(openai_settings(settings, fake_openai, openai_api_key="mine")) as api:
+        jobs = []
+        for i in range(3):
+            p = tmp_path / f"d{i}.txt"
+            p.write_text(numbered_paragraphs(5 + i))
+            jobs.append((await api.http.post("/v1/documents", **upload(p))).json())
+        for j in jobs:
+            assert (await api.wait_job(j["job_id"]))["status"] == "failed"
+        fake_openai.api_key = "mine"
+        r = await api.http.post(
+            "/v1/admin/tasks/bulk",
+            json={"action": "retry", "filter": {"status": "failed"}, "reason": "provider back"},
+            headers=api.admin,
+        )
+        assert r.status_code == 200, r.text
+        assert sorted(r.json()["done"]) == sorted(j["job_id"] for j in jobs)
+        for j in jobs:
+            assert (await api.wait_job(j["job_id"]))["status"] == "completed"
+        victim = jobs[0]["document_id"]
+        r = await api.http.delete(f"/v1/documents/{victim}", params={"reason": "user asked"})
+        assert r.status_code == 200 and r.json()["points_removed"] > 0
+        assert (await api.http.get(f"/v1/documents/{victim}")).status_code == 404
+        assert not (
+            await api.http.get("/v1/search", params={"q": "Paragraph 1", "document_id": victim})
+        ).json()
+        audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
+        actions = [a["action"] for a in audit]
+        assert "bulk_retry" in actions and "document_delete" in actions

@@ -1,0 +1,62 @@
+"""Emitting domain events from workflow code (through the `record_task_events` activity).
+
+Every workflow emits TaskEnqueued (or TaskRetried for a manual retry), TaskStarted, then one of
+TaskCompleted / TaskFailed / TaskCancelled. Activity retries inside a run emit nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from knowledgeops.events import RETRY_OF_MEMO, EventType, TaskEvent
+    from knowledgeops.task_types import COMMON_ACTIVITIES, TaskType
+
+
+def _event(task_type: TaskType, kind: EventType, **fields: Any) -> TaskEvent:
+    info = workflow.info()
+    return TaskEvent(
+        event_id=f"{info.workflow_id}/{info.run_id}/{kind.value}",
+        event_type=kind,
+        task_id=info.workflow_id,
+        run_id=info.run_id,
+        task_type=task_type.value,
+        attempt=info.attempt,
+        at=fields.pop("at", None) or workflow.now(),
+        **fields,
+    )
+
+
+async def _record(events: list[TaskEvent]) -> None:
+    spec = COMMON_ACTIVITIES["record_task_events"]
+    await workflow.execute_activity(
+        "record_task_events",
+        events,
+        result_type=int,
+        start_to_close_timeout=spec.start_to_close,
+        retry_policy=spec.retry_policy,
+    )
+
+
+async def emit_started(task_type: TaskType, data: dict[str, Any]) -> None:
+    retry_of = workflow.memo_value(RETRY_OF_MEMO, None, type_hint=str)
+    info = workflow.info()
+    first = (
+        _event(
+            task_type,
+            EventType.TASK_RETRIED,
+            at=info.start_time,
+            data={**data, "retry_of": retry_of},
+        )
+        if retry_of
+        else _event(task_type, EventType.TASK_ENQUEUED, at=info.start_time, data=data)
+    )
+    await _record([first, _event(task_type, EventType.TASK_STARTED, data=data)])
+
+
+async def emit(
+    task_type: TaskType, kind: EventType, data: dict[str, Any], error: str | None = None
+) -> None:
+    await _record([_event(task_type, kind, data=data, error=error)])
