@@ -269,25 +269,36 @@ class Database:
         owner: str | None,
         job_id: str,
     ) -> None:
+        now = _now()
+        values = {
+            "title": title,
+            "filename": filename,
+            "file_id": file_id,
+            "tags": tags,
+            "owner": owner,
+            "status": "importing",
+            "last_job_id": job_id,
+            "error": None,
+            "updated_at": now,
+        }
+        # An upsert: two submissions of the same document may race here.
+        stmt = self._insert(DocumentRow).values(
+            document_id=document_id, created_at=now, indexed_chunks=0, **values
+        )
+        if title is None:
+            del values["title"]  # keep a known title unless a new one is given
+        stmt = stmt.on_conflict_do_update(index_elements=["document_id"], set_=values)
         async with self.sessions.begin() as s:
-            row = await s.get(DocumentRow, document_id)
-            now = _now()
-            if row is None:
-                row = DocumentRow(document_id=document_id, created_at=now, indexed_chunks=0)
-                s.add(row)
-            row.title = title or row.title
-            row.filename = filename
-            row.file_id = file_id
-            row.tags = tags
-            row.owner = owner
-            row.status = "importing"
-            row.last_job_id = job_id
-            row.error = None
-            row.updated_at = now
+            await s.execute(stmt)
 
     async def get_document(self, document_id: str) -> DocumentRow | None:
         async with self.sessions() as s:
             return await s.get(DocumentRow, document_id)
+
+    async def documents_by_id(self, ids: set[str]) -> dict[str, DocumentRow]:
+        q = select(DocumentRow).where(DocumentRow.document_id.in_(sorted(ids)))
+        async with self.sessions() as s:
+            return {r.document_id: r for r in (await s.execute(q)).scalars()}
 
     async def list_documents(
         self, *, limit: int = 50, offset: int = 0, owner: str | None = None

@@ -3,31 +3,20 @@
 Shared by the DOCUMENT_IMPORT activity and the in-process benchmark path. Before embedding a
 batch it asks the index which of those chunks are already stored with the same content: those
 are not embedded again (resume after a crash, retry, re-import), so no embedding is paid twice.
+Points carry only what search needs per chunk; document metadata (title, tags, owner) lives in
+the document catalogue, so a metadata change never rewrites points and points stay small (the
+embedded index keeps every point in the worker's memory).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from activities.chunk_store import ChunkReader
 from activities.embedding import Embedder, OnWait
 from activities.vector_store import VectorStore
 from knowledgeops.models import EmbedCheckpoint, EmbedRequest, EmbedResult
-
-
-def point_metadata(req: EmbedRequest) -> tuple[dict[str, Any], str]:
-    meta = {
-        "title": req.metadata.title,
-        "tags": list(req.metadata.tags),
-        "owner": req.metadata.owner,
-        "filename": req.filename or None,
-    }
-    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-    return meta, digest
 
 
 async def index_document(
@@ -46,24 +35,15 @@ async def index_document(
             f"{req.total_chunks}; it was re-parsed by another run"
         )
     collection = VectorStore.collection_name(embedder.model_id)
-    meta, meta_hash = point_metadata(req)
     cp = checkpoint.model_copy()
     for batch in reader.iter_batches(cp.next_index, req.batch_size):
         stored = await store.stored_fingerprints(
             collection, req.document_id, [c.index for c in batch]
         )
-        to_embed = [c for c in batch if stored.get(c.index, ("", ""))[0] != c.content_hash]
-        relabel = [
-            c.index
-            for c in batch
-            if c.index in stored
-            and stored[c.index][0] == c.content_hash
-            and stored[c.index][1] != meta_hash
-        ]
+        to_embed = [c for c in batch if stored.get(c.index) != c.content_hash]
         if to_embed:
             vectors = await embedder.embed([c.text for c in to_embed], on_wait)
-            await store.upsert(collection, req.document_id, to_embed, vectors, meta, meta_hash)
-        await store.set_metadata(collection, req.document_id, relabel, meta, meta_hash)
+            await store.upsert(collection, req.document_id, to_embed, vectors)
         cp = EmbedCheckpoint(
             next_index=batch[-1].index + 1,
             total=req.total_chunks,

@@ -38,8 +38,6 @@ class Hit:
     text: str
     page: int | None
     heading: str | None
-    title: str | None
-    filename: str | None
 
 
 class QdrantLockedError(RuntimeError):
@@ -127,18 +125,16 @@ class VectorStore:
 
     async def stored_fingerprints(
         self, collection: str, document_id: str, indices: Sequence[int]
-    ) -> dict[int, tuple[str, str]]:
-        """chunk index -> (content hash, metadata hash) of points already stored."""
+    ) -> dict[int, str]:
+        """chunk index -> content hash of the points already stored."""
         if not indices or not await self._exists(collection):
             return {}
         ids = [point_id(document_id, i) for i in indices]
         records = await self._run(
-            self._client.retrieve, collection, ids, with_payload=["chunk_index", "h", "mh"]
+            self._client.retrieve, collection, ids, with_payload=["chunk_index", "h"]
         )
         return {
-            int(r.payload["chunk_index"]): (str(r.payload.get("h")), str(r.payload.get("mh")))
-            for r in records
-            if r.payload
+            int(r.payload["chunk_index"]): str(r.payload.get("h")) for r in records if r.payload
         }
 
     async def upsert(
@@ -147,8 +143,6 @@ class VectorStore:
         document_id: str,
         chunks: Sequence[Chunk],
         vectors: Sequence[Sequence[float]],
-        meta: dict[str, Any],
-        meta_hash: str,
     ) -> None:
         if not chunks:
             return
@@ -158,37 +152,17 @@ class VectorStore:
                 id=point_id(document_id, c.index),
                 vector=list(v),
                 payload={
-                    **meta,
                     "document_id": document_id,
                     "chunk_index": c.index,
                     "text": c.text,
                     "page": c.page,
                     "heading": c.heading,
                     "h": c.content_hash,
-                    "mh": meta_hash,
                 },
             )
             for c, v in zip(chunks, vectors, strict=True)
         ]
         await self._run(self._client.upsert, collection, points, wait=True)
-
-    async def set_metadata(
-        self,
-        collection: str,
-        document_id: str,
-        indices: Sequence[int],
-        meta: dict[str, Any],
-        meta_hash: str,
-    ) -> None:
-        if not indices:
-            return
-        await self._run(
-            self._client.set_payload,
-            collection,
-            {**meta, "mh": meta_hash},
-            [point_id(document_id, i) for i in indices],
-            wait=True,
-        )
 
     @staticmethod
     def _doc_filter(document_id: str, from_index: int | None = None) -> models.Filter:
@@ -259,8 +233,6 @@ class VectorStore:
                     text=str(pl.get("text", "")),
                     page=pl.get("page"),
                     heading=pl.get("heading"),
-                    title=pl.get("title"),
-                    filename=pl.get("filename"),
                 )
             )
         return hits

@@ -51,8 +51,6 @@ class EmbedRequest(BaseModel):
     document_id: str
     total_chunks: int
     batch_size: int
-    metadata: DocumentMetadata = Field(default_factory=DocumentMetadata)
-    filename: str = ""
 
 
 class EmbedCheckpoint(BaseModel):

@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cancel", help="cancel a job (its partial index entries are removed)")
     c.add_argument("job_id")
+    c.add_argument("--reason", default="", help="recorded in the audit log")
 
     q = sub.add_parser("search", help="semantic search over imported documents")
     q.add_argument("query")
@@ -87,10 +88,20 @@ def run(argv: Sequence[str] | None = None) -> int:
 async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "search":
         return await _search(args, settings)
+    from activities.database import Database
     from knowledgeops.temporal import connect
     from starter.service import TaskQueueService
 
-    service = TaskQueueService(await connect(settings), settings)
+    client = await connect(settings)
+    # The database holds the document catalogue and the audit log (a CLI cancel is audited).
+    db = await Database.open(settings)
+    try:
+        return await _service_command(TaskQueueService(client, settings, db), args)
+    finally:
+        await db.close()
+
+
+async def _service_command(service: Any, args: argparse.Namespace) -> int:
     if args.command == "import":
         return await _import(service, args)
     if args.command == "status":
@@ -101,7 +112,8 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
             _print_status(st)
         return 0
     if args.command == "cancel":
-        await service.cancel(args.job_id)
+        actor = f"cli:{os.environ.get('USER', 'unknown')}"
+        await service.cancel(args.job_id, reason=args.reason, actor=actor)
         print(f"cancel requested for {args.job_id}")
         return 0
     raise AssertionError(args.command)
@@ -189,16 +201,20 @@ async def _search_hits(args: argparse.Namespace, settings: Settings) -> list[Any
                 raise RuntimeError(f"search failed ({r.status_code}): {r.text}")
             hits: list[Any] = r.json()
             return hits
+    from activities.database import Database
     from activities.embedding import make_embedder
     from activities.vector_store import VectorStore
     from starter.search import search
 
     store = VectorStore.open(settings)
+    db = await Database.open(settings)
     try:
-        found = await search(store, make_embedder(settings), args.query, args.k, args.document_id)
+        embedder = make_embedder(settings)
+        found = await search(store, embedder, args.query, args.k, args.document_id, db)
         return [h.model_dump() for h in found]
     finally:
         store.close()
+        await db.close()
 
 
 if __name__ == "__main__":

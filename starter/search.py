@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from activities.database import Database
 from activities.embedding import Embedder
 from activities.vector_store import VectorStore
 
@@ -25,22 +26,28 @@ async def search(
     query: str,
     k: int = 5,
     document_id: str | None = None,
+    db: Database | None = None,
 ) -> list[SearchHit]:
+    """Nearest chunks; titles and file names come from the document catalogue when given."""
     if not query.strip():
         raise ValueError("The search query is empty")
     [vector] = await embedder.embed([query])
     collection = VectorStore.collection_name(embedder.model_id)
     hits = await store.search(collection, vector, k, document_id)
-    return [
-        SearchHit(
-            score=round(h.score, 4),
-            document_id=h.document_id,
-            chunk_index=h.chunk_index,
-            title=h.title,
-            filename=h.filename,
-            page=h.page,
-            heading=h.heading,
-            text=h.text,
+    docs = await db.documents_by_id({h.document_id for h in hits}) if db and hits else {}
+    out = []
+    for h in hits:
+        doc = docs.get(h.document_id)
+        out.append(
+            SearchHit(
+                score=round(h.score, 4),
+                document_id=h.document_id,
+                chunk_index=h.chunk_index,
+                title=doc.title if doc else None,
+                filename=doc.filename if doc else None,
+                page=h.page,
+                heading=h.heading,
+                text=h.text,
+            )
         )
-        for h in hits
-    ]
+    return out

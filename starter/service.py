@@ -326,7 +326,7 @@ class TaskQueueService:
                 raise JobFinishedError(f"Job {job_id} already finished ({current.status})")
             await self.client.get_workflow_handle(job_id).cancel()
         except Exception as e:
-            await self._audit(actor, "cancel", [job_id], reason, f"refused: {e}")
+            await self._audit(actor, "cancel", [job_id], reason, "refused", {"error": str(e)})
             raise
         await self._audit(actor, "cancel", [job_id], reason, "requested")
 
@@ -338,7 +338,7 @@ class TaskQueueService:
         try:
             ref = await self._retry(job_id, actor)
         except Exception as e:
-            await self._audit(actor, "retry", [job_id], reason, f"refused: {e}")
+            await self._audit(actor, "retry", [job_id], reason, "refused", {"error": str(e)})
             raise
         await self._audit(actor, "retry", [job_id], reason, "started", {"new_run_id": ref.run_id})
         return ref

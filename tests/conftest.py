@@ -48,9 +48,33 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempor
         server.stop()
 
 
+# Set (by .ci/run) to a PostgreSQL server URL to run the database-backed tests on PostgreSQL;
+# each test then gets a database of its own. Unset: each test has its own SQLite file.
+PG_URL = os.environ.get("KNOWLEDGEOPS_TEST_POSTGRES_URL", "")
+
+
 @pytest.fixture
-def settings(temporal_server: TemporalDevServer, tmp_path: Path) -> Settings:
+async def database_url() -> AsyncIterator[str]:
+    if not PG_URL:
+        yield ""
+        return
+    import asyncpg
+
+    name = f"ko_test_{uuid.uuid4().hex[:12]}"
+    admin_dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(admin_dsn)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
+    conn = await asyncpg.connect(admin_dsn)
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await conn.close()
+
+
+@pytest.fixture
+def settings(temporal_server: TemporalDevServer, tmp_path: Path, database_url: str) -> Settings:
     return Settings(
+        DATABASE_URL=database_url,
         KNOWLEDGEOPS_DATA_DIR=tmp_path / "data",
         KNOWLEDGEOPS_PREFIX=f"t{uuid.uuid4().hex[:8]}-",
         TEMPORAL_ADDRESS=temporal_server.address,
@@ -112,7 +136,7 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
     store = VectorStore.open(settings) if worker else None
     embedder = make_embedder(settings)
     db = await Database.open(settings)
-    env = Env(client, settings, TaskQueueService(client, settings), embedder, store, db)
+    env = Env(client, settings, TaskQueueService(client, settings, db), embedder, store, db)
     workers = build_workers(client, settings, store, embedder, db) if store is not None else []
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:

@@ -115,12 +115,13 @@ async def test_reimport_and_duplicate_submission_never_duplicate_or_reembed(
         assert fake_openai.embedded_count() == paid, "a re-import paid for embeddings again"
         assert await env.points() == total
 
-        # New metadata only: payloads are updated, still nothing re-embedded.
+        # New metadata only: the catalogue changes, the index is not touched.
         retitled = await import_and_wait(env, doc, metadata=_meta("Renamed"))
         assert retitled.result["embedded"] == 0  # type: ignore[index]
-        hits = await env.store.search(
-            env.store.collection_name(env.embedder.model_id), fake_openai.vector("x"), 100
-        )
+        assert fake_openai.embedded_count() == paid
+        row = await env.db.get_document(first.document_id or "")
+        assert row is not None and row.title == "Renamed" and row.status == "ready"
+        hits = await search(env.store, env.embedder, "Paragraph 3", k=3, db=env.db)
         assert {h.title for h in hits} == {"Renamed"}
 
 

@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
         DeleteDocumentRequest,
         DocumentImportPayload,
         DocumentImportResult,
-        DocumentMetadata,
         EmbedRequest,
         EmbedResult,
         ImportProgress,
@@ -93,11 +92,6 @@ class DocumentImportWorkflow:
             **_options("parse_document"),
         )
         # Nothing was written to the index yet: a bad file leaves an existing document intact.
-        metadata = payload.metadata
-        if metadata.title is None and parsed.title:
-            metadata = DocumentMetadata(
-                title=parsed.title, tags=metadata.tags, owner=metadata.owner
-            )
         self._stage("embedding", parsed.total_chunks)
         try:
             embedded: EmbedResult = await workflow.execute_activity(
@@ -106,8 +100,6 @@ class DocumentImportWorkflow:
                     document_id=payload.document_id,
                     total_chunks=parsed.total_chunks,
                     batch_size=payload.embed_batch_size,
-                    metadata=metadata,
-                    filename=payload.filename,
                 ),
                 result_type=EmbedResult,
                 # Wait for the activity to really stop before cleaning up behind it.
@@ -137,7 +129,7 @@ class DocumentImportWorkflow:
             reused=embedded.reused,
             stale_removed=embedded.stale_removed,
             pages=parsed.pages,
-            title=metadata.title,
+            title=payload.metadata.title or parsed.title,
         )
 
 

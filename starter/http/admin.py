@@ -161,8 +161,12 @@ async def bulk_action(rt: RuntimeDep, who: Operator, body: BulkRequest) -> BulkR
         action=f"bulk_{body.action}",
         task_ids=[i.job_id for i in page.items],
         reason=body.reason,
-        outcome=f"{len(done)} done, {len(skipped)} skipped",
-        details={"filter": body.filter.model_dump(mode="json"), "skipped": skipped},
+        outcome="partial" if skipped else "done",
+        details={
+            "filter": body.filter.model_dump(mode="json"),
+            "done": done,
+            "skipped": skipped,
+        },
     )
     return BulkResult(action=body.action, matched=len(page.items), done=done, skipped=skipped)
 

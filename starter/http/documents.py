@@ -191,6 +191,6 @@ async def search_documents(
     document_id: str | None = None,
 ) -> list[SearchHit]:
     try:
-        return await search(rt.store, rt.embedder, q, k, document_id)
+        return await search(rt.store, rt.embedder, q, k, document_id, rt.db)
     except ValueError as e:
         raise ApiError(400, "bad_query", str(e)) from None
