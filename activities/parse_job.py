@@ -8,6 +8,7 @@ Prints one JSON line: {"ok": ParseResult} or {"error": {"kind", "message"}}.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ class ParseJob(BaseModel):
 
 def main() -> int:
     job = ParseJob.model_validate_json(sys.argv[1])
+    # Batch work yields the CPU to the API and Temporal on the same machine.
+    os.nice(10)
     limit = job.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +12,16 @@ from pathlib import Path
 from activities.errors import DocumentError
 from activities.parse_job import EXIT_DOCUMENT_ERROR, ParseJob
 from knowledgeops.models import ChunkingOptions, ParseResult
+
+# Parsers are CPU-bound: more at once than cores only adds contention (and memory).
+_SLOTS: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+
+def _parse_slots() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    if loop not in _SLOTS:
+        _SLOTS[loop] = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
+    return _SLOTS[loop]
 
 
 class ParserFailedError(RuntimeError):
@@ -33,21 +44,22 @@ async def run_parse(
         chunking=chunking,
         memory_mb=memory_mb,
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "activities.parse_job",
-        job.model_dump_json(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await proc.communicate()
-    except asyncio.CancelledError:
-        # The activity was cancelled or timed out: the parser must not outlive it.
-        proc.kill()
-        await proc.wait()
-        raise
+    async with _parse_slots():
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "activities.parse_job",
+            job.model_dump_json(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await proc.communicate()
+        except asyncio.CancelledError:
+            # The activity was cancelled or timed out: the parser must not outlive it.
+            proc.kill()
+            await proc.wait()
+            raise
     rc = proc.returncode or 0
     last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
     if rc == 0 or rc == EXIT_DOCUMENT_ERROR:

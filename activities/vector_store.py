@@ -8,9 +8,9 @@ repeated import skip chunks whose embedding is already stored.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -45,13 +45,16 @@ class QdrantLockedError(RuntimeError):
 
 
 class VectorStore:
-    """Async facade over the sync client; calls run in a thread so the event loop keeps
-    heartbeating. Local mode is single-process and not thread-safe, hence the lock."""
+    """Async facade over the sync client. Calls run on the store's own threads, so the event
+    loop keeps heartbeating and a busy index never starves the shared default executor (which
+    serves uploads). Local mode is not thread-safe: it gets exactly one thread."""
 
     def __init__(self, client: QdrantClient, *, local: bool) -> None:
         self._client = client
         self._local = local
-        self._lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(
+            max_workers=1 if local else 8, thread_name_prefix="qdrant"
+        )
         self._ready: set[str] = set()
 
     @classmethod
@@ -74,17 +77,14 @@ class VectorStore:
         return cls(client, local=True)
 
     def close(self) -> None:
-        with self._lock:
-            self._client.close()
+        self._threads.shutdown(wait=True)
+        self._client.close()
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        def locked() -> T:
-            with self._lock:
-                return fn(*args, **kwargs)
-
+        loop = asyncio.get_running_loop()
         # If the caller is cancelled mid-write, wait for the write to land before re-raising,
         # so cleanup that follows a cancellation never races a write still in flight.
-        task = asyncio.ensure_future(asyncio.to_thread(locked))
+        task = loop.run_in_executor(self._threads, partial(fn, *args, **kwargs))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:

@@ -111,6 +111,11 @@ def main() -> None:
                     raise RuntimeError(log.read_text()[-3000:])
                 time.sleep(0.2)
             base = f"http://127.0.0.1:{api_port}"
+            settings = Settings(
+                KNOWLEDGEOPS_DATA_DIR=Path(tmp) / "data", TEMPORAL_ADDRESS=f"127.0.0.1:{port}"
+            )
+            rate = asyncio.run(enqueue_rate(settings, args.enqueue))
+            print(f"TaskQueueService enqueue: {rate:.0f} tasks/s ({args.enqueue} small tasks)")
             t = time.perf_counter()
             lat = asyncio.run(upload_load(base, args.clients, args.uploads))
             elapsed = time.perf_counter() - t
@@ -119,11 +124,6 @@ def main() -> None:
             print(f"uploads: {len(lat)} x 1 MB, {args.clients} clients, worker importing meanwhile")
             print(f"202 latency p50 {p[49]:.0f} ms, p99 {p[98]:.0f} ms, max {lat_ms[-1]:.0f} ms")
             print(f"throughput: {len(lat) / elapsed:.1f} uploads/s ({len(lat) / elapsed:.1f} MB/s)")
-            settings = Settings(
-                KNOWLEDGEOPS_DATA_DIR=Path(tmp) / "data", TEMPORAL_ADDRESS=f"127.0.0.1:{port}"
-            )
-            rate = asyncio.run(enqueue_rate(settings, args.enqueue))
-            print(f"TaskQueueService enqueue: {rate:.0f} tasks/s ({args.enqueue} small tasks)")
         finally:
             dev.terminate()
             dev.wait(60)

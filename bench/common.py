@@ -79,12 +79,7 @@ def bench_settings(data_dir: Path, address: str, **extra: object) -> Settings:
 
 
 def env_for(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    for name, field in Settings.model_fields.items():
-        if field.alias:
-            env[field.alias] = str(getattr(settings, name))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return dict(os.environ) | settings.to_env() | {"PYTHONUNBUFFERED": "1"}
 
 
 @contextmanager
@@ -105,12 +100,14 @@ def temporal_server(workdir: Path) -> Iterator[TemporalDevServer]:
 
 
 class MemorySampler:
-    """Peak RSS of a process and, separately, of its children (the parser subprocesses)."""
+    """Peak RSS of a process and, separately, of its children: the parser subprocesses and
+    the local embedding model's process."""
 
     def __init__(self, pid: int, interval: float = 0.25) -> None:
         self.proc = psutil.Process(pid)
         self.interval = interval
-        self.peak_children = 0
+        self.peak_parser = 0
+        self.peak_embedder = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -118,7 +115,11 @@ class MemorySampler:
         while not self._stop.is_set():
             try:
                 for child in self.proc.children(recursive=True):
-                    self.peak_children = max(self.peak_children, child.memory_info().rss)
+                    rss = child.memory_info().rss
+                    if "parse_job" in " ".join(child.cmdline()):
+                        self.peak_parser = max(self.peak_parser, rss)
+                    else:
+                        self.peak_embedder = max(self.peak_embedder, rss)
             except psutil.Error:
                 pass  # a child ended between listing and sampling
             time.sleep(self.interval)

@@ -77,6 +77,7 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
     chunks = sum(await asyncio.gather(*(one(p) for p in files)))
     elapsed = time.perf_counter() - started
     store.close()
+    await embedder.aclose()
     return elapsed, chunks
 
 
@@ -122,7 +123,8 @@ def main() -> None:
                 print(f"through Temporal:     {t_time:7.1f} s  {t_chunks / t_time:7.1f} chunks/s")
                 print(f"ratio Temporal/direct: {t_time / d_time:.3f}")
                 print(
-                    f"worker peak RSS: {mb(peak)}; parser subprocess peak: {mb(mem.peak_children)}"
+                    f"worker peak RSS: {mb(peak)}; parser subprocess peak: "
+                    f"{mb(mem.peak_parser)}; embedding process peak: {mb(mem.peak_embedder)}"
                 )
                 if failed:
                     print("FAILED:", *failed, sep="\n  ")
@@ -149,7 +151,8 @@ def main() -> None:
                     print(
                         f"{mb(size)}, {b_chunks} chunks in {b_time:.1f} s "
                         f"({b_chunks / b_time:.1f} chunks/s); worker peak RSS {mb(peak)}; "
-                        f"parser subprocess peak {mb(mem.peak_children)}"
+                        f"parser subprocess peak {mb(mem.peak_parser)}; "
+                        f"embedding process peak {mb(mem.peak_embedder)}"
                         + (f"; FAILED {failed}" if failed else "")
                     )
 

@@ -107,6 +107,14 @@ class Settings(BaseSettings):
     def resolved_api_url(self) -> str:
         return self.api_url or f"http://{self.api_host}:{self.api_port}"
 
+    def to_env(self) -> dict[str, str]:
+        """These settings as environment variables, for a child process to load exactly them."""
+        return {
+            field.alias: str(getattr(self, name))
+            for name, field in type(self).model_fields.items()
+            if field.alias
+        }
+
     def queue(self, name: str) -> str:
         return f"{self.prefix}{name}"
 

@@ -208,12 +208,13 @@ async def _search_hits(args: argparse.Namespace, settings: Settings) -> list[Any
 
     store = VectorStore.open(settings)
     db = await Database.open(settings)
+    embedder = make_embedder(settings)
     try:
-        embedder = make_embedder(settings)
         found = await search(store, embedder, args.query, args.k, args.document_id, db)
         return [h.model_dump() for h in found]
     finally:
         store.close()
+        await embedder.aclose()
         await db.close()
 
 

@@ -94,6 +94,7 @@ async def run_node(
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         await asyncio.gather(*tasks, return_exceptions=True)
         store.close()
+        await embedder.aclose()
         await db.close()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from knowledgeops.task_types import (
     TaskType,
     spec_for,
 )
+from starter import task_queries as tq
 from starter.task_queries import FINISHED, status_name
 
 
@@ -319,6 +320,26 @@ class TaskQueueService:
             result=result,
         )
 
+    async def list(
+        self, flt: tq.TaskFilter, limit: int = 50, cursor: str | None = None
+    ) -> tq.TaskPage:
+        """Tasks newest first, filtered by type, status and start time; paged by cursor."""
+        return await tq.list_tasks(self.client, self.settings, flt, limit, cursor)
+
+    async def describe(self, job_id: str) -> tq.TaskDetail:
+        """Status, input summary, every activity attempt, all runs, last checkpoint."""
+        status = await self.get_status(job_id)
+        log = await tq.execution_log(self.client, job_id)
+        return tq.TaskDetail(
+            status=status,
+            input=log["input"],
+            activities=log["activities"],
+            runs=await tq.runs_of(self.client, self.settings, job_id),
+            last_checkpoint=None
+            if status.finished
+            else await tq.last_checkpoint(self.client, job_id),
+        )
+
     async def cancel(self, job_id: str, *, reason: str = "", actor: str = "system") -> None:
         try:
             current = await self.get_status(job_id)
@@ -375,7 +396,7 @@ class TaskQueueService:
         self,
         actor: str,
         action: str,
-        task_ids: list[str],
+        task_ids: Sequence[str],
         reason: str,
         outcome: str,
         details: dict[str, Any] | None = None,

@@ -85,6 +85,14 @@ class RunInfo(BaseModel):
     retry_of: str | None = None
 
 
+class TaskDetail(BaseModel):
+    status: Any  # JobStatus (starter.service); typed loosely to keep this module below it
+    input: Any
+    activities: list[dict[str, Any]]
+    runs: list[RunInfo]
+    last_checkpoint: dict[str, Any] | None
+
+
 class WorkerInfo(BaseModel):
     identity: str
     task_queue: str

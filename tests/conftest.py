@@ -146,6 +146,7 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
         await asyncio.gather(*tasks, return_exceptions=True)
         if store is not None:
             store.close()
+        await embedder.aclose()
         await db.close()
 
 
@@ -164,11 +165,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a subprocess load exactly these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_VARS)}
-    for name, field in Settings.model_fields.items():
-        if field.alias:
-            env[field.alias] = str(getattr(settings, name))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return env | settings.to_env() | {"PYTHONUNBUFFERED": "1"}
 
 
 _OUR_VARS = ("KNOWLEDGEOPS_", "TEMPORAL_", "EMBEDDING_", "OPENAI_", "QDRANT_", "API_", "CHUNK_")

@@ -70,28 +70,16 @@ async def list_tasks(
     cursor: str | None = None,
 ) -> tq.TaskPage:
     """Newest first; pass `next_cursor` back as `cursor` for the next page."""
-    return await tq.list_tasks(rt.client, rt.settings, flt, limit, cursor)
+    return await rt.service.list(flt, limit, cursor)
 
 
-class TaskDetail(BaseModel):
+class TaskDetail(tq.TaskDetail):
     status: JobStatus
-    input: Any
-    activities: list[dict[str, Any]]
-    runs: list[tq.RunInfo]
-    last_checkpoint: dict[str, Any] | None
 
 
 @router.get("/tasks/{job_id}", response_model=TaskDetail)
 async def task_detail(rt: RuntimeDep, job_id: str) -> TaskDetail:
-    status = await rt.service.get_status(job_id)
-    log = await tq.execution_log(rt.client, job_id)
-    return TaskDetail(
-        status=status,
-        input=log["input"],
-        activities=log["activities"],
-        runs=await tq.runs_of(rt.client, rt.settings, job_id),
-        last_checkpoint=None if status.finished else await tq.last_checkpoint(rt.client, job_id),
-    )
+    return TaskDetail.model_validate((await rt.service.describe(job_id)).model_dump())
 
 
 class ActionRequest(BaseModel):
@@ -144,7 +132,7 @@ class BulkResult(BaseModel):
 @router.post("/tasks/bulk", response_model=BulkResult)
 async def bulk_action(rt: RuntimeDep, who: Operator, body: BulkRequest) -> BulkResult:
     flt = _filter(body.filter.type, body.filter.status, body.filter.since, body.filter.until)
-    page = await tq.list_tasks(rt.client, rt.settings, flt, limit=body.max_tasks)
+    page = await rt.service.list(flt, limit=body.max_tasks)
     done: list[str] = []
     skipped: dict[str, str] = {}
     for item in page.items:
