@@ -16,8 +16,8 @@ class DocumentMetadata(BaseModel):
 
 
 class ChunkingOptions(BaseModel):
-    chunk_tokens: int = Field(default=256, ge=16, le=8000)
-    overlap_tokens: int = Field(default=32, ge=0)
+    chunk_tokens: int = Field(default=512, ge=16, le=8000)
+    overlap_tokens: int = Field(default=64, ge=0)
 
 
 class DocumentImportPayload(BaseModel):

@@ -39,8 +39,8 @@ class Settings(BaseSettings):
     qdrant_url: str = Field(default="", alias="QDRANT_URL")
     qdrant_api_key: str = Field(default="", alias="QDRANT_API_KEY")
 
-    chunk_tokens: int = Field(default=256, ge=16, le=8000, alias="CHUNK_TOKENS")
-    chunk_overlap: int = Field(default=32, ge=0, alias="CHUNK_OVERLAP")
+    chunk_tokens: int = Field(default=512, ge=16, le=8000, alias="CHUNK_TOKENS")
+    chunk_overlap: int = Field(default=64, ge=0, alias="CHUNK_OVERLAP")
     max_file_bytes: int = Field(default=200 * 1024 * 1024, gt=0, alias="MAX_FILE_BYTES")
     # Address space cap for the parser subprocess: a hostile file kills the parser, not the worker.
     parser_memory_mb: int = Field(default=1024, ge=128, alias="PARSER_MEMORY_MB")
@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     @classmethod
     def _overlap_below_size(cls, v: int, info: object) -> int:
         data = getattr(info, "data", {})
-        size = data.get("chunk_tokens", 256)
+        size = data.get("chunk_tokens", 512)
         if v >= size:
             raise ValueError(f"must be smaller than CHUNK_TOKENS ({size})")
         return v
