@@ -3,7 +3,6 @@ subprocess whose memory is sampled. Everything on loopback, in temporary directo
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from knowledgeops.settings import Settings
-from starter.dev_server import TemporalDevServer, free_port
+from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 
 ROOT = Path(__file__).resolve().parent.parent
 _WORDS = (
@@ -84,19 +83,8 @@ def env_for(settings: Settings) -> dict[str, str]:
 
 @contextmanager
 def temporal_server(workdir: Path) -> Iterator[TemporalDevServer]:
-    server = TemporalDevServer(
-        host="127.0.0.1",
-        port=free_port(),
-        db_file=workdir / "temporal.db",
-        log_file=workdir / "temporal.log",
-        headless=True,
-    )
-    server.start()
-    try:
-        asyncio.run(server.wait_ready())
+    with local_dev_server(workdir, db_file=workdir / "temporal.db") as server:
         yield server
-    finally:
-        server.stop()
 
 
 class MemorySampler:

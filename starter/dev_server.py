@@ -12,6 +12,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -153,3 +155,21 @@ class TemporalDevServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+@contextmanager
+def local_dev_server(log_dir: Path, db_file: Path | None = None) -> Iterator[TemporalDevServer]:
+    """A headless dev server on a free loopback port, for tests and benchmarks."""
+    server = TemporalDevServer(
+        host="127.0.0.1",
+        port=free_port(),
+        db_file=db_file,
+        log_file=log_dir / "temporal.log",
+        headless=True,
+    )
+    server.start()
+    try:
+        asyncio.run(server.wait_ready())
+        yield server
+    finally:
+        server.stop()

@@ -24,7 +24,7 @@ from activities.embedding import Embedder, make_embedder
 from activities.vector_store import VectorStore
 from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect
-from starter.dev_server import TemporalDevServer, free_port
+from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 from starter.service import TaskQueueService
 from tests.fake_openai import FakeOpenAI
 from worker import build_workers
@@ -32,20 +32,8 @@ from worker import build_workers
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalDevServer]:
-    logs = tmp_path_factory.mktemp("temporal")
-    server = TemporalDevServer(
-        host="127.0.0.1",
-        port=free_port(),
-        db_file=None,
-        log_file=logs / "temporal.log",
-        headless=True,
-    )
-    server.start()
-    try:
-        asyncio.run(server.wait_ready())
+    with local_dev_server(tmp_path_factory.mktemp("temporal")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 # Set (by .ci/run) to a PostgreSQL server URL to run the database-backed tests on PostgreSQL;
