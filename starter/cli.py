@@ -76,7 +76,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.command == "api":
             return node.run_api(settings)
         if args.command == "worker":
-            return node.run_standalone_worker(serve_api=False if args.no_api else None)
+            return node.run_standalone_worker(settings, serve_api=False if args.no_api else None)
         return asyncio.run(_client_command(args, settings))
     except KeyboardInterrupt:
         return 130

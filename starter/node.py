@@ -12,7 +12,7 @@ import contextlib
 import logging
 import secrets
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import uvicorn
@@ -104,31 +104,40 @@ def _configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def run_standalone_worker(serve_api: bool | None = None) -> int:
-    try:
-        settings = load_settings()
-    except SettingsError as e:
-        print(e)
-        return 2
-    _configure_logging()
-    serve = (not settings.qdrant_url) if serve_api is None else serve_api
+def _until_signal(body: Callable[[asyncio.Event], Awaitable[None]]) -> int:
+    """Run `body(stop)` in a fresh event loop; SIGINT / SIGTERM set `stop`."""
 
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        await run_node(
-            settings,
+        await body(stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def run_standalone_worker(settings: Settings | None = None, serve_api: bool | None = None) -> int:
+    if settings is None:
+        try:
+            settings = load_settings()
+        except SettingsError as e:
+            print(e)
+            return 2
+    _configure_logging()
+    cfg = settings
+    serve = (not cfg.qdrant_url) if serve_api is None else serve_api
+    return _until_signal(
+        lambda stop: run_node(
+            cfg,
             stop,
             serve_api=serve,
             on_ready=lambda: log.info(
                 "worker ready on %s%s",
-                settings.temporal_address,
-                f"; API on {settings.resolved_api_url}" if serve else "",
+                cfg.temporal_address,
+                f"; API on {cfg.resolved_api_url}" if serve else "",
             ),
         )
-
-    asyncio.run(main())
-    return 0
+    )
 
 
 def dev_server_for(settings: Settings) -> TemporalDevServer:
@@ -152,9 +161,7 @@ def run_dev(settings: Settings) -> int:
         )
     admin_token = next(iter(settings.admin_operators()))
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        install_stop_signals(stop)
+    async def main(stop: asyncio.Event) -> None:
         server.start()
         try:
             await server.wait_ready()
@@ -176,17 +183,14 @@ def run_dev(settings: Settings) -> int:
             server.stop()
             print("knowledgeops stopped.", flush=True)
 
-    asyncio.run(main())
-    return 0
+    return _until_signal(main)
 
 
 def run_server(settings: Settings) -> int:
     """Only the Temporal dev server, configured as `dev` configures it."""
     server = dev_server_for(settings)
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        install_stop_signals(stop)
+    async def main(stop: asyncio.Event) -> None:
         server.start()
         try:
             await server.wait_ready()
@@ -195,8 +199,7 @@ def run_server(settings: Settings) -> int:
         finally:
             server.stop()
 
-    asyncio.run(main())
-    return 0
+    return _until_signal(main)
 
 
 def run_api(settings: Settings) -> int:
@@ -204,16 +207,12 @@ def run_api(settings: Settings) -> int:
     be free, i.e. no worker running on it: use `dev`/`worker`, or QDRANT_URL."""
     _configure_logging()
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        install_stop_signals(stop)
-        await run_node(
+    return _until_signal(
+        lambda stop: run_node(
             settings,
             stop,
             serve_api=True,
             run_workers=False,
             on_ready=lambda: print(f"API on {settings.resolved_api_url}", flush=True),
         )
-
-    asyncio.run(main())
-    return 0
+    )

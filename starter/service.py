@@ -28,11 +28,12 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import file_store
 from activities.database import Database
+from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.events import RETRY_OF_MEMO
 from knowledgeops.models import DocumentImportPayload, DocumentMetadata, EmbedCheckpoint
 from knowledgeops.settings import Settings
@@ -95,15 +96,6 @@ def derive_document_id(file_id: str) -> str:
     return "doc-" + file_id[:32]
 
 
-def _error_text(err: BaseException) -> str:
-    """The innermost cause, as `Type: message`, which is what a user can act on."""
-    while isinstance(err, FailureError | WorkflowFailureError) and err.cause is not None:
-        err = err.cause
-    if isinstance(err, ApplicationError) and err.type:
-        return f"{err.type}: {err.message}"
-    return str(getattr(err, "message", err))
-
-
 class PayloadTooLargeError(ValueError):
     pass
 
@@ -118,10 +110,9 @@ def _validate(spec: TaskSpec, payload: BaseModel | dict[str, Any]) -> BaseModel:
             payload.model_dump() if isinstance(payload, BaseModel) else payload
         )
     except ValidationError as e:
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        )
-        raise PayloadInvalidError(f"Invalid {spec.task_type} payload: {fields}") from None
+        raise PayloadInvalidError(
+            f"Invalid {spec.task_type} payload: {validation_text(e.errors())}"
+        ) from None
 
 
 class TaskQueueService:
@@ -306,7 +297,7 @@ class TaskQueueService:
             try:
                 await self.client.get_workflow_handle(job_id).result()
             except WorkflowFailureError as e:
-                last_error = _error_text(e)
+                last_error = failure_text(e)
         started = desc.start_time
         return JobStatus(
             job_id=job_id,

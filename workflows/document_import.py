@@ -11,11 +11,12 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 from workflows.task_events import emit, emit_started
 
 with workflow.unsafe.imports_passed_through():
+    from knowledgeops.errors import failure_text
     from knowledgeops.events import EventType
     from knowledgeops.models import (
         DeleteDocumentRequest,
@@ -72,7 +73,7 @@ class DocumentImportWorkflow:
                 TaskType.DOCUMENT_IMPORT,
                 EventType.TASK_FAILED,
                 about | self._cleared,
-                error=_describe(e),
+                error=failure_text(e),
             )
             raise
         await emit(TaskType.DOCUMENT_IMPORT, EventType.TASK_COMPLETED, result.model_dump())
@@ -131,11 +132,3 @@ class DocumentImportWorkflow:
             pages=parsed.pages,
             title=payload.metadata.title or parsed.title,
         )
-
-
-def _describe(err: BaseException) -> str:
-    while isinstance(err, ActivityError) and err.cause is not None:
-        err = err.cause
-    if isinstance(err, ApplicationError) and err.type:
-        return f"{err.type}: {err.message}"
-    return str(err)
