@@ -1,10 +1,12 @@
-"""Upload latency under load: 50 clients POST 1 MB files to /v1/documents while the worker of
-the same `knowledgeops dev` process imports in the background; then the enqueue rate of small
-tasks through TaskQueueService.
+"""Upload latency under load: 50 clients POST 1 MB files to /v1/documents of a `knowledgeops
+dev` process while its worker imports (a large background document, plus every upload's own
+import); first, the enqueue rate of small tasks through TaskQueueService.
 
-    .venv/bin/python -m bench.api_upload [--clients 50] [--uploads 200]
+    .venv/bin/python -m bench.api_upload [--clients 50] [--uploads 200] [--rates 10,20,30]
 
-Prints p50 / p99 / max latency of the 202 and uploads/s. Asserts nothing.
+Closed loop (capacity) and open loop at fixed rates (latency at a given load), see
+bench/http_load.py. Prints p50 / p90 / p99 / max latency of the `202` and uploads/s.
+Asserts nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import asyncio
 import os
 import random
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, paragraph
+from bench.common import ROOT, paragraph, write_big_text
+from bench.http_load import multipart_request, run_load
 from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect
 from starter.dev_server import free_port, port_in_use
@@ -31,34 +34,11 @@ from starter.service import TaskQueueService
 
 def one_mb_file(i: int) -> bytes:
     rng = random.Random(i)
-    text = f"Upload {i}.\n\n"
-    while len(text) < 1024 * 1024:
-        text += paragraph(rng) + "\n\n"
-    return text[: 1024 * 1024].encode()
-
-
-async def upload_load(base: str, clients: int, uploads: int) -> list[float]:
-    bodies = [one_mb_file(i) for i in range(uploads)]
-    latencies: list[float] = []
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(uploads):
-        queue.put_nowait(i)
-
-    async def client() -> None:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-            while True:
-                try:
-                    i = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                t = time.perf_counter()
-                r = await http.post("/v1/documents", files={"file": (f"u{i}.txt", bodies[i])})
-                latencies.append(time.perf_counter() - t)
-                if r.status_code != 202:
-                    raise RuntimeError(f"upload {i}: {r.status_code} {r.text}")
-
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return latencies
+    parts, size = [f"Upload {i}.\n\n"], 0
+    while size < 1024 * 1024:
+        parts.append(paragraph(rng) + "\n\n")
+        size += len(parts[-1])
+    return "".join(parts)[: 1024 * 1024].encode()
 
 
 async def enqueue_rate(settings: Settings, n: int, concurrency: int = 20) -> float:
@@ -77,17 +57,43 @@ async def enqueue_rate(settings: Settings, n: int, concurrency: int = 20) -> flo
     return n / (time.perf_counter() - t)
 
 
+def _job_line(base: str, job_id: str) -> str:
+    job = httpx.get(f"{base}/v1/jobs/{job_id}", timeout=30).json()
+    progress = job["progress"]
+    return f"{job['status']}, stage {progress['stage']}, {progress['done']}/{progress['total']}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--uploads", type=int, default=200)
+    ap.add_argument("--uploads", type=int, default=200, help="closed-loop uploads")
+    ap.add_argument("--rates", default="10,20,30", help="open-loop rates, uploads/s")
+    ap.add_argument("--seconds", type=float, default=20, help="duration of each open-loop run")
+    ap.add_argument("--background-mb", type=int, default=8, help="import running throughout")
     ap.add_argument("--enqueue", type=int, default=500)
+    ap.add_argument("--keep-log", type=Path, help="copy the dev process's log here")
     args = ap.parse_args()
+    rates = [float(r) for r in args.rates.split(",") if r]
     with tempfile.TemporaryDirectory(prefix="ko-bench-api-") as tmp:
         port = free_port()
         while port + 1000 > 65535 or port_in_use("127.0.0.1", port + 1000):
             port = free_port()
         api_port = free_port()
+        host = f"127.0.0.1:{api_port}"
+        # Built before the system starts: the client must cost as little CPU as possible.
+        seed = iter(range(1, 10**6))
+        closed = [
+            multipart_request(host, "/v1/documents", f"c{i}.txt", one_mb_file(next(seed)))
+            for i in range(args.uploads)
+        ]
+        opened = [
+            [
+                multipart_request(host, "/v1/documents", f"o{i}.txt", one_mb_file(next(seed)))
+                for i in range(int(rate * args.seconds))
+            ]
+            for rate in rates
+        ]
+        big = write_big_text(Path(tmp) / "background.txt", args.background_mb)
         env = dict(os.environ)
         env.update(
             KNOWLEDGEOPS_DATA_DIR=str(Path(tmp) / "data"),
@@ -110,23 +116,29 @@ def main() -> None:
                 if dev.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(log.read_text()[-3000:])
                 time.sleep(0.2)
-            base = f"http://127.0.0.1:{api_port}"
+            base = f"http://{host}"
             settings = Settings(
                 KNOWLEDGEOPS_DATA_DIR=Path(tmp) / "data", TEMPORAL_ADDRESS=f"127.0.0.1:{port}"
             )
             rate = asyncio.run(enqueue_rate(settings, args.enqueue))
             print(f"TaskQueueService enqueue: {rate:.0f} tasks/s ({args.enqueue} small tasks)")
-            t = time.perf_counter()
-            lat = asyncio.run(upload_load(base, args.clients, args.uploads))
-            elapsed = time.perf_counter() - t
-            lat_ms = sorted(x * 1000 for x in lat)
-            p = statistics.quantiles(lat_ms, n=100)
-            print(f"uploads: {len(lat)} x 1 MB, {args.clients} clients, worker importing meanwhile")
-            print(f"202 latency p50 {p[49]:.0f} ms, p99 {p[98]:.0f} ms, max {lat_ms[-1]:.0f} ms")
-            print(f"throughput: {len(lat) / elapsed:.1f} uploads/s ({len(lat) / elapsed:.1f} MB/s)")
+            with big.open("rb") as f:
+                r = httpx.post(f"{base}/v1/documents", files={"file": (big.name, f)}, timeout=120)
+            background = r.json()["job_id"]
+            time.sleep(5)  # let its import get going: the uploads below compete with it
+            print(f"background import ({args.background_mb} MB): {_job_line(base, background)}")
+            print(f"{args.clients} clients, 1 MB uploads; every upload starts an import too")
+            res = asyncio.run(run_load("127.0.0.1", api_port, closed, args.clients))
+            print(f"  closed loop, {len(closed)} uploads: {res.summary()}", flush=True)
+            for rate, requests in zip(rates, opened, strict=True):
+                res = asyncio.run(run_load("127.0.0.1", api_port, requests, args.clients, rate))
+                print(f"  open loop {rate:.0f}/s, {len(requests)} uploads: {res.summary()}")
+            print(f"background import now: {_job_line(base, background)}")
         finally:
             dev.terminate()
             dev.wait(60)
+            if args.keep_log:
+                shutil.copy(log, args.keep_log)
 
 
 if __name__ == "__main__":

@@ -235,17 +235,6 @@ class TaskQueueService:
         )
         # One job id per document serialises imports of the same document.
         job_id = f"import-{doc_id}"
-        if self.db is not None:
-            # Catalogue first: the workflow's events update this row as the import proceeds.
-            await self.db.save_document(
-                document_id=doc_id,
-                title=meta.title,
-                filename=filename,
-                file_id=file_id,
-                tags=meta.tags,
-                owner=meta.owner,
-                job_id=self.settings.job_id(job_id),
-            )
         return await self.enqueue(
             TaskType.DOCUMENT_IMPORT,
             payload,
@@ -367,21 +356,33 @@ class TaskQueueService:
         spec = spec_for(task_type or "")
         if spec.workflow is None:
             raise TaskNotImplementedError(f"{spec.task_type} has no workflow")
-        history = await self.client.get_workflow_handle(job_id, run_id=desc.run_id).fetch_history()
-        started = history.events[0].workflow_execution_started_event_attributes
-        [raw] = await self.client.data_converter.decode(started.input.payloads)
+        raw, queue = await self.task_input(job_id, desc.run_id)
         memo = await desc.memo()
         handle: WorkflowHandle[Any, Any] = await self.client.start_workflow(
             spec.workflow,
             _validate(spec, raw),
             id=job_id,
-            task_queue=started.task_queue.name,
+            task_queue=queue,
             execution_timeout=spec.execution_timeout,
             search_attributes=_task_type_attribute(spec.task_type),
             memo={**_carry_memo(memo), RETRY_OF_MEMO: desc.run_id, "retried_by": actor},
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
         return TaskRef(job_id=job_id, run_id=handle.result_run_id, task_type=spec.task_type)
+
+    async def task_input(self, job_id: str, run_id: str | None = None) -> tuple[Any, str]:
+        """A run's input (decoded, not validated) and its task queue, from its first event."""
+        handle = self.client.get_workflow_handle(job_id, run_id=run_id)
+        try:
+            async for event in handle.fetch_history_events(page_size=1):
+                started = event.workflow_execution_started_event_attributes
+                [raw] = await self.client.data_converter.decode(started.input.payloads)
+                return raw, started.task_queue.name
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise JobNotFoundError(f"No job with id {job_id!r}") from None
+            raise
+        raise JobNotFoundError(f"Job {job_id!r} has no history")
 
     async def _audit(
         self,

@@ -243,10 +243,20 @@ async def test_manual_retry_links_runs_and_is_audited(
 
 async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
     async with running_api(settings, workers=False) as api:
-        job = (
-            await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
-        ).json()["job_id"]
+        form = {"title": "Spacing", "tags": "memory, review"}
+        body = (
+            await api.http.post(
+                "/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt", **form)
+            )
+        ).json()
+        job, doc_id = body["job_id"], body["document_id"]
         assert (await api.http.get(f"/v1/jobs/{job}")).json()["status"] == "pending"
+        # Listed once its import runs; until then the job describes the document.
+        assert (await api.http.get("/v1/documents")).json()["total"] == 0
+        queued = (await api.http.get(f"/v1/documents/{doc_id}")).json()
+        assert queued["status"] == "queued" and queued["job"]["status"] == "pending"
+        assert queued["title"] == "Spacing" and queued["tags"] == ["memory", "review"]
+        assert queued["filename"] == "spaced-repetition.txt"
         queue = f"{settings.prefix}knowledgeops-ingest"
         for _ in range(100):
             ov = (await api.http.get("/v1/admin/overview", headers=api.admin)).json()
@@ -262,6 +272,9 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         assert [t["job_id"] for t in listed["items"]] == [job]
     async with running_api(settings) as api:
         assert (await api.wait_job(job))["status"] == "completed"
+        [listed_doc] = (await api.http.get("/v1/documents")).json()["items"]
+        assert listed_doc["document_id"] == doc_id and listed_doc["status"] == "ready"
+        assert listed_doc["title"] == "Spacing" and listed_doc["tags"] == ["memory", "review"]
         ov = (await api.http.get("/v1/admin/overview", headers=api.admin)).json()
         ingest = next(q for q in ov["queues"] if q["task_queue"] == queue)
         assert ingest["workers"], "the running worker must be listed"

@@ -60,7 +60,9 @@ class DocumentImportWorkflow:
     @workflow.run
     async def run(self, payload: DocumentImportPayload) -> DocumentImportResult:
         about = {"document_id": payload.document_id, "filename": payload.filename}
-        await emit_started(TaskType.DOCUMENT_IMPORT, about)
+        # The first event carries what the document catalogue lists (see the database).
+        listing = about | {"file_id": payload.file_id, **payload.metadata.model_dump()}
+        await emit_started(TaskType.DOCUMENT_IMPORT, about, listing)
         try:
             result = await self._import(payload)
         except (asyncio.CancelledError, ActivityError) as e:

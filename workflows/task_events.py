@@ -1,5 +1,11 @@
 """Emitting domain events from workflow code (through the `record_task_events` activity).
 
+It runs as a local activity: its result is a marker in the workflow task that ran it, so each
+recording costs no extra round trip through the task queue (measured: 8 of an import's ~20
+Temporal server transactions were these two activities). Still durable: if the worker dies
+before that workflow task completes, the task is retried and the activity runs again (event
+ids are deterministic, the database stores each once).
+
 Every workflow emits TaskEnqueued (or TaskRetried for a manual retry), TaskStarted, then one of
 TaskCompleted / TaskFailed / TaskCancelled. Activity retries inside a run emit nothing.
 """
@@ -31,7 +37,7 @@ def _event(task_type: TaskType, kind: EventType, **fields: Any) -> TaskEvent:
 
 async def _record(events: list[TaskEvent]) -> None:
     spec = COMMON_ACTIVITIES["record_task_events"]
-    await workflow.execute_activity(
+    await workflow.execute_local_activity(
         "record_task_events",
         events,
         result_type=int,
@@ -40,7 +46,10 @@ async def _record(events: list[TaskEvent]) -> None:
     )
 
 
-async def emit_started(task_type: TaskType, data: dict[str, Any]) -> None:
+async def emit_started(
+    task_type: TaskType, data: dict[str, Any], first_data: dict[str, Any] | None = None
+) -> None:
+    """TaskEnqueued (or TaskRetried) with `first_data` if given, then TaskStarted."""
     retry_of = workflow.memo_value(RETRY_OF_MEMO, None, type_hint=str)
     info = workflow.info()
     first = (
@@ -48,10 +57,10 @@ async def emit_started(task_type: TaskType, data: dict[str, Any]) -> None:
             task_type,
             EventType.TASK_RETRIED,
             at=info.start_time,
-            data={**data, "retry_of": retry_of},
+            data={**(first_data or data), "retry_of": retry_of},
         )
         if retry_of
-        else _event(task_type, EventType.TASK_ENQUEUED, at=info.start_time, data=data)
+        else _event(task_type, EventType.TASK_ENQUEUED, at=info.start_time, data=first_data or data)
     )
     await _record([first, _event(task_type, EventType.TASK_STARTED, data=data)])
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, UploadFile
@@ -14,11 +14,11 @@ from activities.chunk_store import delete_chunks
 from activities.errors import DocumentError
 from activities.parsing import detect_format
 from activities.vector_store import VectorStore
-from knowledgeops.models import DocumentMetadata
+from knowledgeops.models import DocumentImportPayload, DocumentMetadata
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
 from starter.search import SearchHit, search
-from starter.service import JobStatus, derive_document_id
+from starter.service import JobNotFoundError, JobStatus, derive_document_id
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 COPY_BLOCK = 1024 * 1024
@@ -138,10 +138,45 @@ async def _points(rt: Runtime, document_id: str) -> int:
 async def get_document(rt: RuntimeDep, document_id: str) -> DocumentDetail:
     row = await rt.db.get_document(document_id)
     if row is None:
-        raise ApiError(404, "not_found", f"No document with id {document_id!r}")
+        return await _awaiting_import(rt, document_id)
     job = await rt.service.get_status(row.last_job_id)
     return DocumentDetail(
         **_document(row).model_dump(), job=job, points_in_index=await _points(rt, document_id)
+    )
+
+
+async def _queued_input(rt: Runtime, job_id: str) -> DocumentImportPayload:
+    raw, _ = await rt.service.task_input(job_id)
+    return DocumentImportPayload.model_validate(raw)
+
+
+async def _awaiting_import(rt: Runtime, document_id: str) -> DocumentDetail:
+    """A document is listed when its import starts running; until a worker picks the import
+    up, the job's own input describes it (status `queued`)."""
+    job_id = rt.settings.job_id(f"import-{document_id}")
+    missing = ApiError(404, "not_found", f"No document with id {document_id!r}")
+    try:
+        job = await rt.service.get_status(job_id)
+        if job.finished:
+            raise missing  # deleted, or ended before it was ever listed
+        payload = await _queued_input(rt, job_id)
+    except JobNotFoundError:
+        raise missing from None
+    since = job.started_at or datetime.now(UTC)
+    return DocumentDetail(
+        document_id=document_id,
+        title=payload.metadata.title,
+        filename=payload.filename,
+        tags=payload.metadata.tags,
+        owner=payload.metadata.owner,
+        status="queued",
+        indexed_chunks=0,
+        last_job_id=job_id,
+        error=None,
+        created_at=since,
+        updated_at=since,
+        job=job,
+        points_in_index=0,
     )
 
 
@@ -158,24 +193,31 @@ async def delete_document(
     """Remove a document: cancel its running import first, then its vectors, chunks and
     stored file (unless another document has the same bytes). Audited."""
     row = await rt.db.get_document(document_id)
-    if row is None:
-        raise ApiError(404, "not_found", f"No document with id {document_id!r}")
+    # Not listed yet: its import may still be waiting for a worker (see _awaiting_import).
+    job_id = row.last_job_id if row else rt.settings.job_id(f"import-{document_id}")
+    try:
+        job = await rt.service.get_status(job_id)
+    except JobNotFoundError:
+        if row is None:
+            raise ApiError(404, "not_found", f"No document with id {document_id!r}") from None
+        job = None
     cancelled = False
-    job = await rt.service.get_status(row.last_job_id)
-    if not job.finished:
-        await rt.service.cancel(row.last_job_id, reason=f"document delete: {reason}", actor=actor)
-        await rt.service.wait(row.last_job_id, timeout=120)
+    if job is not None and not job.finished:
+        await rt.service.cancel(job_id, reason=f"document delete: {reason}", actor=actor)
+        await rt.service.wait(job_id, timeout=120)
         cancelled = True
+        row = row or await rt.db.get_document(document_id)
     collection = VectorStore.collection_name(rt.embedder.model_id)
     removed = await rt.store.delete_document(collection, document_id)
     await asyncio.to_thread(delete_chunks, rt.settings.chunks_dir, document_id)
     await rt.db.delete_document(document_id)
-    if not await rt.db.file_in_use(row.file_id):
-        file_store.path_for(rt.settings.files_dir, row.file_id).unlink(missing_ok=True)
+    file_id = row.file_id if row else (await _queued_input(rt, job_id)).file_id
+    if not await rt.db.file_in_use(file_id):
+        file_store.path_for(rt.settings.files_dir, file_id).unlink(missing_ok=True)
     await rt.db.audit(
         actor=actor,
         action="document_delete",
-        task_ids=[row.last_job_id],
+        task_ids=[job_id],
         reason=reason,
         outcome="deleted",
         details={"document_id": document_id, "points_removed": removed},
