@@ -67,7 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--uploads", type=int, default=200, help="closed-loop uploads")
-    ap.add_argument("--rates", default="10,20,30", help="open-loop rates, uploads/s")
+    ap.add_argument("--rates", default="5,10,15", help="open-loop rates, uploads/s")
     ap.add_argument("--seconds", type=float, default=20, help="duration of each open-loop run")
     ap.add_argument("--background-mb", type=int, default=8, help="import running throughout")
     ap.add_argument("--enqueue", type=int, default=500)
@@ -128,11 +128,13 @@ def main() -> None:
             time.sleep(5)  # let its import get going: the uploads below compete with it
             print(f"background import ({args.background_mb} MB): {_job_line(base, background)}")
             print(f"{args.clients} clients, 1 MB uploads; every upload starts an import too")
-            res = asyncio.run(run_load("127.0.0.1", api_port, closed, args.clients))
-            print(f"  closed loop, {len(closed)} uploads: {res.summary()}", flush=True)
+            # Open loop first, lowest rate first: each run starts from the steady state of
+            # the one before; the closed loop (saturation) last, as it leaves a backlog.
             for rate, requests in zip(rates, opened, strict=True):
                 res = asyncio.run(run_load("127.0.0.1", api_port, requests, args.clients, rate))
                 print(f"  open loop {rate:.0f}/s, {len(requests)} uploads: {res.summary()}")
+            res = asyncio.run(run_load("127.0.0.1", api_port, closed, args.clients))
+            print(f"  closed loop, {len(closed)} uploads: {res.summary()}", flush=True)
             print(f"background import now: {_job_line(base, background)}")
         finally:
             dev.terminate()
