@@ -125,8 +125,9 @@ class Database:
         self.engine = engine
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
         # SQLite has one writer at a time, and a writer that finds the file locked backs off
-        # in sleeps of up to 100 ms: with imports recording events, upload catalogue writes
-        # waited p90 0.8 s. Writers of this process take turns here instead.
+        # in sleeps of up to 100 ms, far longer than our writes take. Writers of this process
+        # (many imports recording events at once, audit records) take turns here instead;
+        # writers in other processes still meet the back-off.
         self._write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
 
     @contextlib.asynccontextmanager

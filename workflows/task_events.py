@@ -1,8 +1,8 @@
 """Emitting domain events from workflow code (through the `record_task_events` activity).
 
 It runs as a local activity: its result is a marker in the workflow task that ran it, so each
-recording costs no extra round trip through the task queue (measured: 8 of an import's ~20
-Temporal server transactions were these two activities). Still durable: if the worker dies
+recording costs no extra round trip through the task queue (measured: an import's history
+shrank from 32 to 22 events and from 5 workflow tasks to 3). Still durable: if the worker dies
 before that workflow task completes, the task is retried and the activity runs again (event
 ids are deterministic, the database stores each once).
 
