@@ -1,7 +1,8 @@
 """SIGKILL the worker in the middle of embedding; a new worker finishes the import.
 
 The figures that matter: the point count equals the chunk count exactly (no duplicates, no
-gaps), and at most two batches were embedded twice (paid twice)."""
+gaps), and at most two batches were embedded twice (paid twice). The domain events and the
+catalogue come through the crash whole: each event once, in order."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import signal
 import time
 from pathlib import Path
 
+from activities.database import Database
 from activities.vector_store import VectorStore
+from knowledgeops.events import EventType
 from knowledgeops.settings import Settings
 from tests.conftest import openai_settings, running_env, start_worker_process, stop_process
 from tests.fake_openai import FakeOpenAI
@@ -67,5 +70,17 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
         f"recovery={recovery:.1f}s"
     )
     assert points == total
+    db = await Database.open(cfg)
+    try:
+        events = await db.events_after(task_id=ref.job_id)
+        row = await db.get_document(ref.document_id)
+    finally:
+        await db.close()
+    assert [e.event_type for e in events] == [
+        EventType.TASK_ENQUEUED,
+        EventType.TASK_STARTED,
+        EventType.TASK_COMPLETED,
+    ]
+    assert row is not None and row.status == "ready" and row.indexed_chunks == total
     assert fake_openai.embedded_count() - twice == total, "every chunk embedded at least once"
     assert twice <= 2 * BATCH
