@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from knowledgeops.settings import Settings
 from tests.conftest import EXAMPLES, openai_settings, running_api
@@ -341,3 +342,33 @@ async def test_bulk_retry_and_delete_document(
         audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
         actions = [a["action"] for a in audit]
         assert "bulk_retry" in actions and "document_delete" in actions
+
+
+async def test_delete_of_a_queued_document(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from starter.http import documents
+
+    monkeypatch.setattr(documents, "CANCEL_WAIT_SECONDS", 1.0)
+    async with running_api(settings, workers=False) as api:
+        body = (
+            await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
+        ).json()
+        doc_id, job = body["document_id"], body["job_id"]
+        # No worker can carry the cancel out yet: a clear 503, and nothing is deleted.
+        r = await api.http.delete(f"/v1/documents/{doc_id}")
+        assert r.status_code == 503 and r.headers["retry-after"] == "30"
+        assert r.json()["error"]["code"] == "cancel_pending" and "worker" in r.text
+        assert (await api.http.get(f"/v1/documents/{doc_id}")).status_code == 200
+        audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
+        assert [(a["action"], a["outcome"]) for a in audit] == [
+            ("document_delete", "refused"),
+            ("cancel", "requested"),
+        ]
+    async with running_api(settings) as api:
+        assert (await api.wait_job(job))["status"] == "cancelled"
+        r = await api.http.delete(f"/v1/documents/{doc_id}")
+        assert r.status_code == 200, r.text
+        assert r.json() == {"document_id": doc_id, "points_removed": 0, "import_cancelled": False}
+        assert (await api.http.get(f"/v1/documents/{doc_id}")).status_code == 404
+        assert not list(settings.files_dir.iterdir()), "the stored upload is removed too"

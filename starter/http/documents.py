@@ -22,6 +22,8 @@ from starter.service import JobNotFoundError, JobStatus, derive_document_id
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 COPY_BLOCK = 1024 * 1024
+# How long a delete waits for the document's import to stop (cancel + index clean-up).
+CANCEL_WAIT_SECONDS = 120.0
 
 
 class Accepted(BaseModel):
@@ -204,7 +206,26 @@ async def delete_document(
     cancelled = False
     if job is not None and not job.finished:
         await rt.service.cancel(job_id, reason=f"document delete: {reason}", actor=actor)
-        await rt.service.wait(job_id, timeout=120)
+        try:
+            await rt.service.wait(job_id, timeout=CANCEL_WAIT_SECONDS)
+        except TimeoutError:
+            # The cancel stays requested; only a worker can carry it out (and clean up).
+            await rt.db.audit(
+                actor=actor,
+                action="document_delete",
+                task_ids=[job_id],
+                reason=reason,
+                outcome="refused",
+                details={"document_id": document_id, "error": "import has not stopped yet"},
+            )
+            raise ApiError(
+                503,
+                "cancel_pending",
+                f"The import of {document_id!r} was asked to stop but has not stopped within "
+                f"{CANCEL_WAIT_SECONDS} s: is a worker running? Nothing was deleted; delete "
+                f"again once GET /v1/jobs/{job_id} shows it cancelled.",
+                headers={"Retry-After": "30"},
+            ) from None
         cancelled = True
         row = row or await rt.db.get_document(document_id)
     collection = VectorStore.collection_name(rt.embedder.model_id)

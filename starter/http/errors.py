@@ -57,7 +57,7 @@ _MAPPED: list[tuple[type[Exception], int, str]] = [
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 501)
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 501, 503)
 }
 
 
