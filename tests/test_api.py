@@ -367,6 +367,11 @@ async def test_delete_of_a_queued_document(
         ]
     async with running_api(settings) as api:
         assert (await api.wait_job(job))["status"] == "cancelled"
+        # Cancelled while queued: still a first and a last event, and listed as cancelled.
+        page = (await api.http.get("/v1/events", params={"task_id": job})).json()
+        assert [e["event_type"] for e in page["events"]] == ["TaskEnqueued", "TaskCancelled"]
+        listed = (await api.http.get(f"/v1/documents/{doc_id}")).json()
+        assert listed["status"] == "cancelled"
         r = await api.http.delete(f"/v1/documents/{doc_id}")
         assert r.status_code == 200, r.text
         assert r.json() == {"document_id": doc_id, "points_removed": 0, "import_cancelled": False}

@@ -7,11 +7,13 @@ before that workflow task completes, the task is retried and the activity runs a
 ids are deterministic, the database stores each once).
 
 Every workflow emits TaskEnqueued (or TaskRetried for a manual retry), TaskStarted, then one of
-TaskCompleted / TaskFailed / TaskCancelled. Activity retries inside a run emit nothing.
+TaskCompleted / TaskFailed / TaskCancelled; a run cancelled while still queued emits its first
+event and TaskCancelled. Activity retries inside a run emit nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio import workflow
@@ -46,23 +48,39 @@ async def _record(events: list[TaskEvent]) -> None:
     )
 
 
+def _first(task_type: TaskType, data: dict[str, Any]) -> TaskEvent:
+    """TaskEnqueued, or TaskRetried for a manual retry's run; dated at the run's start."""
+    retry_of = workflow.memo_value(RETRY_OF_MEMO, None, type_hint=str)
+    start = workflow.info().start_time
+    if retry_of:
+        return _event(
+            task_type, EventType.TASK_RETRIED, at=start, data={**data, "retry_of": retry_of}
+        )
+    return _event(task_type, EventType.TASK_ENQUEUED, at=start, data=data)
+
+
 async def emit_started(
     task_type: TaskType, data: dict[str, Any], first_data: dict[str, Any] | None = None
 ) -> None:
-    """TaskEnqueued (or TaskRetried) with `first_data` if given, then TaskStarted."""
-    retry_of = workflow.memo_value(RETRY_OF_MEMO, None, type_hint=str)
-    info = workflow.info()
-    first = (
-        _event(
-            task_type,
-            EventType.TASK_RETRIED,
-            at=info.start_time,
-            data={**(first_data or data), "retry_of": retry_of},
+    """TaskEnqueued (or TaskRetried) with `first_data` if given, then TaskStarted.
+
+    A run cancelled before this was recorded (cancelled while still queued) records its first
+    event and TaskCancelled instead, so every run that began has a first and a last event."""
+    try:
+        await _record(
+            [
+                _first(task_type, first_data or data),
+                _event(task_type, EventType.TASK_STARTED, data=data),
+            ]
         )
-        if retry_of
-        else _event(task_type, EventType.TASK_ENQUEUED, at=info.start_time, data=first_data or data)
-    )
-    await _record([first, _event(task_type, EventType.TASK_STARTED, data=data)])
+    except asyncio.CancelledError:
+        await _record(
+            [
+                _first(task_type, first_data or data),
+                _event(task_type, EventType.TASK_CANCELLED, data=data),
+            ]
+        )
+        raise
 
 
 async def emit(
