@@ -81,7 +81,8 @@ def _retry(attempts: int, *, initial: float = 1.0, maximum: float = 60.0) -> Ret
 
 # Activities every implemented workflow uses (registered on every task queue).
 COMMON_ACTIVITIES = {
-    # Domain events go to the app database; it may be briefly unavailable, so retry long.
+    # Domain events go to the app database (a local activity: see workflows/task_events.py);
+    # the database may be briefly unavailable, so retry long.
     "record_task_events": ActivitySpec(
         start_to_close=timedelta(seconds=30),
         retry_policy=_retry(30, initial=1.0, maximum=60.0),
