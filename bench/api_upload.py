@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, paragraph, write_big_text
+from bench.common import bench_settings, paragraph, running_process, write_big_text
 from bench.http_load import multipart_request, run_load
 from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect
@@ -77,8 +75,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ko-bench-api-") as tmp:
         port = free_port()
         while port + 1000 > 65535 or port_in_use("127.0.0.1", port + 1000):
-            port = free_port()
-        api_port = free_port()
+            port = free_port()  # the dev server's Web UI takes port + 1000
+        settings = bench_settings(Path(tmp) / "data", f"127.0.0.1:{port}")
+        api_port = settings.api_port
         host = f"127.0.0.1:{api_port}"
         # Built before the system starts: the client must cost as little CPU as possible.
         seed = iter(range(1, 10**6))
@@ -94,51 +93,30 @@ def main() -> None:
             for rate in rates
         ]
         big = write_big_text(Path(tmp) / "background.txt", args.background_mb)
-        env = dict(os.environ)
-        env.update(
-            KNOWLEDGEOPS_DATA_DIR=str(Path(tmp) / "data"),
-            TEMPORAL_ADDRESS=f"127.0.0.1:{port}",
-            API_PORT=str(api_port),
-            PYTHONUNBUFFERED="1",
-        )
         log = Path(tmp) / "dev.log"
-        with log.open("w") as out:
-            dev = subprocess.Popen(
-                [sys.executable, "-m", "starter.cli", "dev"],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        dev = [sys.executable, "-m", "starter.cli", "dev"]
         try:
-            deadline = time.monotonic() + 90
-            while "knowledgeops is running" not in log.read_text():
-                if dev.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(log.read_text()[-3000:])
-                time.sleep(0.2)
-            base = f"http://{host}"
-            settings = Settings(
-                KNOWLEDGEOPS_DATA_DIR=Path(tmp) / "data", TEMPORAL_ADDRESS=f"127.0.0.1:{port}"
-            )
-            rate = asyncio.run(enqueue_rate(settings, args.enqueue))
-            print(f"TaskQueueService enqueue: {rate:.0f} tasks/s ({args.enqueue} small tasks)")
-            with big.open("rb") as f:
-                r = httpx.post(f"{base}/v1/documents", files={"file": (big.name, f)}, timeout=120)
-            background = r.json()["job_id"]
-            time.sleep(5)  # let its import get going: the uploads below compete with it
-            print(f"background import ({args.background_mb} MB): {_job_line(base, background)}")
-            print(f"{args.clients} clients, 1 MB uploads; every upload starts an import too")
-            # Open loop first, lowest rate first: each run starts from the steady state of
-            # the one before; the closed loop (saturation) last, as it leaves a backlog.
-            for rate, requests in zip(rates, opened, strict=True):
-                res = asyncio.run(run_load("127.0.0.1", api_port, requests, args.clients, rate))
-                print(f"  open loop {rate:.0f}/s, {len(requests)} uploads: {res.summary()}")
-            res = asyncio.run(run_load("127.0.0.1", api_port, closed, args.clients))
-            print(f"  closed loop, {len(closed)} uploads: {res.summary()}", flush=True)
-            print(f"background import now: {_job_line(base, background)}")
+            with running_process(dev, settings, log, "knowledgeops is running", timeout=90):
+                base = f"http://{host}"
+                rate = asyncio.run(enqueue_rate(settings, args.enqueue))
+                print(f"TaskQueueService enqueue: {rate:.0f} tasks/s ({args.enqueue} small tasks)")
+                with big.open("rb") as f:
+                    r = httpx.post(
+                        f"{base}/v1/documents", files={"file": (big.name, f)}, timeout=120
+                    )
+                background = r.json()["job_id"]
+                time.sleep(5)  # let its import get going: the uploads below compete with it
+                print(f"background import ({args.background_mb} MB): {_job_line(base, background)}")
+                print(f"{args.clients} clients, 1 MB uploads; every upload starts an import too")
+                # Open loop first, lowest rate first: each run starts from the steady state of
+                # the one before; the closed loop (saturation) last, as it leaves a backlog.
+                for rate, requests in zip(rates, opened, strict=True):
+                    res = asyncio.run(run_load("127.0.0.1", api_port, requests, args.clients, rate))
+                    print(f"  open loop {rate:.0f}/s, {len(requests)} uploads: {res.summary()}")
+                res = asyncio.run(run_load("127.0.0.1", api_port, closed, args.clients))
+                print(f"  closed loop, {len(closed)} uploads: {res.summary()}", flush=True)
+                print(f"background import now: {_job_line(base, background)}")
         finally:
-            dev.terminate()
-            dev.wait(60)
             if args.keep_log:
                 shutil.copy(log, args.keep_log)
 

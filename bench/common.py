@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import psutil
@@ -129,20 +129,19 @@ class MemorySampler:
 
 
 @contextmanager
-def worker_process(settings: Settings, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running_process(
+    args: list[str], settings: Settings, log: Path, ready: str, timeout: float = 60.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A process of ours, configured by `settings`, once its log says `ready`; stopped after."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")],
-            cwd=ROOT,
-            env=env_for(settings),
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            args, cwd=ROOT, env=env_for(settings), stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + 60
-        while "worker ready" not in log.read_text():
+        deadline = time.monotonic() + timeout
+        while ready not in log.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not start:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"{args} did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.1)
         yield proc
     finally:
@@ -152,6 +151,12 @@ def worker_process(settings: Settings, log: Path) -> Iterator[subprocess.Popen[b
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def worker_process(
+    settings: Settings, log: Path
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    return running_process([sys.executable, str(ROOT / "worker.py")], settings, log, "worker ready")
 
 
 def mb(n: int) -> str:

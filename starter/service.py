@@ -7,9 +7,10 @@ Temporal is the source of truth for task state: status is read from the workflow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -233,23 +234,21 @@ class TaskQueueService:
             },
             embed_batch_size=self.settings.embedding_batch_size,
         )
-        # One job id per document serialises imports of the same document.
-        job_id = f"import-{doc_id}"
         return await self.enqueue(
             TaskType.DOCUMENT_IMPORT,
             payload,
-            job_id=job_id,
+            job_id=_import_job_name(doc_id),
             idempotency_key=idempotency_key,
             requested_by=requested_by,
         )
 
+    def import_job_id(self, document_id: str) -> str:
+        """The one job id of a document's imports: it serialises imports of the document."""
+        return self.settings.job_id(_import_job_name(document_id))
+
     async def _describe(self, job_id: str) -> WorkflowExecutionDescription:
-        try:
+        with _job_must_exist(job_id):
             return await self.client.get_workflow_handle(job_id).describe()
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:
-                raise JobNotFoundError(f"No job with id {job_id!r}") from None
-            raise
 
     async def get_status(self, job_id: str) -> JobStatus:
         desc = await self._describe(job_id)
@@ -373,15 +372,11 @@ class TaskQueueService:
     async def task_input(self, job_id: str, run_id: str | None = None) -> tuple[Any, str]:
         """A run's input (decoded, not validated) and its task queue, from its first event."""
         handle = self.client.get_workflow_handle(job_id, run_id=run_id)
-        try:
+        with _job_must_exist(job_id):
             async for event in handle.fetch_history_events(page_size=1):
                 started = event.workflow_execution_started_event_attributes
                 [raw] = await self.client.data_converter.decode(started.input.payloads)
                 return raw, started.task_queue.name
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:
-                raise JobNotFoundError(f"No job with id {job_id!r}") from None
-            raise
         raise JobNotFoundError(f"Job {job_id!r} has no history")
 
     async def _audit(
@@ -415,6 +410,22 @@ class TaskQueueService:
             st = await self.get_status(job_id)
             raise TimeoutError(f"job {job_id} still {st.status} after {timeout}s") from None
         return await self.get_status(job_id)
+
+
+def _import_job_name(document_id: str) -> str:
+    # Before the deployment prefix (enqueue adds it).
+    return f"import-{document_id}"
+
+
+@contextlib.contextmanager
+def _job_must_exist(job_id: str) -> Iterator[None]:
+    """Temporal's NOT_FOUND as our JobNotFoundError (a 404 at the API)."""
+    try:
+        yield
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise JobNotFoundError(f"No job with id {job_id!r}") from None
+        raise
 
 
 def _task_type_attribute(task_type: TaskType) -> TypedSearchAttributes:

@@ -155,7 +155,7 @@ async def _queued_input(rt: Runtime, job_id: str) -> DocumentImportPayload:
 async def _awaiting_import(rt: Runtime, document_id: str) -> DocumentDetail:
     """A document is listed when its import starts running; until a worker picks the import
     up, the job's own input describes it (status `queued`)."""
-    job_id = rt.settings.job_id(f"import-{document_id}")
+    job_id = rt.service.import_job_id(document_id)
     missing = ApiError(404, "not_found", f"No document with id {document_id!r}")
     try:
         job = await rt.service.get_status(job_id)
@@ -196,13 +196,24 @@ async def delete_document(
     stored file (unless another document has the same bytes). Audited."""
     row = await rt.db.get_document(document_id)
     # Not listed yet: its import may still be waiting for a worker (see _awaiting_import).
-    job_id = row.last_job_id if row else rt.settings.job_id(f"import-{document_id}")
+    job_id = row.last_job_id if row else rt.service.import_job_id(document_id)
     try:
         job = await rt.service.get_status(job_id)
     except JobNotFoundError:
         if row is None:
             raise ApiError(404, "not_found", f"No document with id {document_id!r}") from None
         job = None
+
+    async def audit(outcome: str, **details: Any) -> None:
+        await rt.db.audit(
+            actor=actor,
+            action="document_delete",
+            task_ids=[job_id],
+            reason=reason,
+            outcome=outcome,
+            details={"document_id": document_id, **details},
+        )
+
     cancelled = False
     if job is not None and not job.finished:
         await rt.service.cancel(job_id, reason=f"document delete: {reason}", actor=actor)
@@ -210,14 +221,7 @@ async def delete_document(
             await rt.service.wait(job_id, timeout=CANCEL_WAIT_SECONDS)
         except TimeoutError:
             # The cancel stays requested; only a worker can carry it out (and clean up).
-            await rt.db.audit(
-                actor=actor,
-                action="document_delete",
-                task_ids=[job_id],
-                reason=reason,
-                outcome="refused",
-                details={"document_id": document_id, "error": "import has not stopped yet"},
-            )
+            await audit("refused", error="import has not stopped yet")
             raise ApiError(
                 503,
                 "cancel_pending",
@@ -235,14 +239,7 @@ async def delete_document(
     file_id = row.file_id if row else (await _queued_input(rt, job_id)).file_id
     if not await rt.db.file_in_use(file_id):
         file_store.path_for(rt.settings.files_dir, file_id).unlink(missing_ok=True)
-    await rt.db.audit(
-        actor=actor,
-        action="document_delete",
-        task_ids=[job_id],
-        reason=reason,
-        outcome="deleted",
-        details={"document_id": document_id, "points_removed": removed},
-    )
+    await audit("deleted", points_removed=removed)
     return Deleted(document_id=document_id, points_removed=removed, import_cancelled=cancelled)
 
 
