@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
@@ -20,8 +20,12 @@ from knowledgeops.models import EmbedCheckpoint
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
 
-# Visibility names of our status vocabulary ("pending" is Running that no worker picked up).
-VISIBILITY_STATUS = {
+# Our status vocabulary ("pending" is Running that no worker picked up yet).
+TaskStatus = Literal[
+    "pending", "running", "completed", "failed", "cancelled", "terminated", "timed_out"
+]
+# Each status as the visibility store names it.
+VISIBILITY_STATUS: dict[str, str] = {
     "pending": "Running",
     "running": "Running",
     "completed": "Completed",
@@ -30,14 +34,8 @@ VISIBILITY_STATUS = {
     "terminated": "Terminated",
     "timed_out": "TimedOut",
 }
-_FROM_VISIBILITY = {
-    "Running": "running",
-    "Completed": "completed",
-    "Failed": "failed",
-    "Canceled": "cancelled",
-    "Terminated": "terminated",
-    "TimedOut": "timed_out",
-    "ContinuedAsNew": "running",
+_FROM_VISIBILITY = {v: k for k, v in VISIBILITY_STATUS.items() if k != "pending"} | {
+    "ContinuedAsNew": "running"
 }
 # describe_task_queue lists pollers seen in the last ~5 minutes; newer than this is "live".
 LIVE_WORKER_WINDOW = timedelta(seconds=90)
@@ -61,7 +59,7 @@ class TaskPage(BaseModel):
 
 class TaskFilter(BaseModel):
     task_type: TaskType | None = None
-    status: str | None = None
+    status: TaskStatus | None = None
     since: datetime | None = None
     until: datetime | None = None
 
@@ -121,8 +119,6 @@ def build_query(settings: Settings, flt: TaskFilter, before: datetime | None = N
     if flt.task_type:
         parts.append(f"{TASK_TYPE_SEARCH_ATTRIBUTE.name} = {json.dumps(flt.task_type.value)}")
     if flt.status:
-        if flt.status not in VISIBILITY_STATUS:
-            raise ValueError(f"unknown status {flt.status!r}; one of {sorted(VISIBILITY_STATUS)}")
         parts.append(f"ExecutionStatus = {json.dumps(VISIBILITY_STATUS[flt.status])}")
     if flt.since:
         parts.append(f'StartTime >= "{_iso(flt.since)}"')
