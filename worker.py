@@ -1,67 +1,145 @@
-"""Worker: polls the task queues of every implemented task type.
+"""The worker process: opens the resources once, registers what the registry declares, runs,
+and shuts down cleanly on SIGINT / SIGTERM.
 
 Run with `python worker.py` or `knowledgeops worker`. With the embedded Qdrant (no QDRANT_URL)
-this process owns the index, so it also serves the search API (see starter/node.py).
+this process owns the index, so it also serves the HTTP API (`--no-api` to skip): embedded
+Qdrant admits one process per folder. With QDRANT_URL set, any number of workers and API
+processes run side by side.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.database import Database
-from activities.document_import import ImportActivities
-from activities.embedding import Embedder
-from activities.task_events import EventActivities
-from activities.vector_store import VectorStore
-from knowledgeops.settings import Settings
-from knowledgeops.task_types import REGISTRY, TaskQueue
-from workflows import WORKFLOWS
+from knowledgeops.resources import Resources, open_resources
+from knowledgeops.settings import Settings, SettingsError, load_settings
+from knowledgeops.task_types import COMMON_ACTIVITY_CLASSES, REGISTRY, load
+from knowledgeops.temporal import connect, ensure_search_attributes
+from starter.http.serve import ApiServer
+from starter.processes import configure_logging, run_until_stopped, until_signal
+
+log = logging.getLogger("knowledgeops.worker")
 
 # Heartbeats reach the server at most this often (the SDK default is 0.8 x heartbeat timeout):
 # fresh checkpoints mean less re-embedding after a crash, live progress and prompt cancels.
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 
 
-def build_workers(
-    client: Client,
-    settings: Settings,
-    store: VectorStore,
-    embedder: Embedder,
-    db: Database,
-) -> Sequence[Worker]:
-    """One worker per task queue that has implemented task types."""
-    import_activities = ImportActivities(settings, store, embedder)
-    common = EventActivities(db).all()
-    workflows_by_name = {w.__temporal_workflow_definition.name: w for w in WORKFLOWS}  # type: ignore[attr-defined]
-    activities_by_queue = {TaskQueue.INGEST.value: import_activities.all()}
-    queues: dict[str, list[type]] = {}
+@dataclass
+class QueuePlan:
+    """What one task queue's worker registers."""
+
+    workflows: list[type] = field(default_factory=list)
+    activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+def activity_methods(obj: object) -> dict[str, Callable[..., Any]]:
+    """Activity name -> bound method, for every `@activity.defn` method of an instance."""
+    found: dict[str, Callable[..., Any]] = {}
+    for _, method in inspect.getmembers(obj, inspect.ismethod):
+        definition = getattr(method, "__temporal_activity_definition", None)
+        if definition is not None:
+            found[definition.name] = method
+    return found
+
+
+def plan_queues(resources: Resources) -> dict[str, QueuePlan]:
+    """Per task queue, the workflows and activities of its implemented task types. Activity
+    classes are built once each, so types that share one (and its resources) share it."""
+    instances: dict[str, object] = {}
+    plans: dict[str, QueuePlan] = {}
     for spec in REGISTRY.values():
-        if spec.workflow is not None:
-            queues.setdefault(spec.task_queue.value, []).append(workflows_by_name[spec.workflow])
+        if spec.workflow_class is None:
+            continue
+        plan = plans.setdefault(resources.settings.queue(spec.task_queue.value), QueuePlan())
+        workflow_cls = load(spec.workflow_class)
+        if workflow_cls not in plan.workflows:
+            plan.workflows.append(workflow_cls)
+        for path in (*COMMON_ACTIVITY_CLASSES, *spec.activity_classes):
+            if path not in instances:
+                instances[path] = load(path)(resources)
+            plan.activities |= activity_methods(instances[path])
+    return plans
+
+
+def build_workers(client: Client, resources: Resources) -> Sequence[Worker]:
+    """One worker per task queue that has implemented task types."""
     return [
         Worker(
             client,
-            task_queue=settings.queue(queue),
-            workflows=workflows,
-            activities=[*common, *activities_by_queue.get(queue, [])],
-            max_concurrent_activities=settings.worker_max_activities,
+            task_queue=queue,
+            workflows=plan.workflows,
+            activities=list(plan.activities.values()),
+            max_concurrent_activities=resources.settings.worker_max_activities,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=timedelta(seconds=5),
         )
-        for queue, workflows in queues.items()
+        for queue, plan in plan_queues(resources).items()
     ]
 
 
-def main() -> None:
-    from starter.node import run_standalone_worker
+async def run_worker(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    serve_api: bool,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Workers (and the API, when this process owns the embedded index) until `stop`."""
+    client = await connect(settings)
+    await ensure_search_attributes(client, settings.temporal_namespace)
+    async with open_resources(settings) as resources:
+        workers = build_workers(client, resources)
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        api = ApiServer(client, resources, stop) if serve_api else None
+        if api is not None:
+            tasks += api.start()
+        if on_ready:
+            on_ready()
+        try:
+            await run_until_stopped(tasks, stop)
+        finally:
+            if api is not None:
+                api.stop()
+            await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    run_standalone_worker()
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="worker.py", description=__doc__)
+    parser.add_argument("--no-api", action="store_true", help="do not serve the HTTP API")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings()
+    except SettingsError as e:
+        print(e)
+        return 2
+    configure_logging()
+    serve = not settings.qdrant_url and not args.no_api
+    return until_signal(
+        lambda stop: run_worker(
+            settings,
+            stop,
+            serve_api=serve,
+            on_ready=lambda: log.info(
+                "worker ready on %s%s",
+                settings.temporal_address,
+                f"; API on {settings.resolved_api_url}" if serve else "",
+            ),
+        )
+    )
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

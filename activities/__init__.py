@@ -1,1 +1,3 @@
-"""Activity implementations and the storage / model code they drive."""
+"""Temporal activity classes, one module per task type (or per resource they drive); each is
+built once per worker from the shared `Resources`. Heavy code they drive lives in subpackages
+(`ingest/`: parsing subprocess, chunking, indexing)."""

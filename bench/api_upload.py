@@ -25,8 +25,10 @@ import httpx
 from bench.common import bench_settings, paragraph, running_process, write_big_text
 from bench.http_load import multipart_request, run_load
 from knowledgeops.settings import Settings
+from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.dev_server import free_port, port_in_use
+from starter.documents import DocumentService
 from starter.service import TaskQueueService
 
 
@@ -42,23 +44,26 @@ def one_mb_file(i: int) -> bytes:
 async def enqueue_rate(settings: Settings, n: int, concurrency: int = 20) -> float:
     """Start n small imports on a queue nobody polls: measures the enqueue path only."""
     quiet = settings.model_copy(update={"prefix": "bench-enqueue-"})
-    service = TaskQueueService(await connect(quiet), quiet)
+    db = await Database.open(quiet)
+    documents = DocumentService(TaskQueueService(await connect(quiet), quiet), db, quiet)
     file_id = "0" * 64 + ".txt"
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
         async with sem:
-            await service.import_stored(file_id, filename="x.txt", document_id=f"enq-{i}")
+            await documents.import_stored(file_id, filename="x.txt", document_id=f"enq-{i}")
 
     t = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
-    return n / (time.perf_counter() - t)
+    rate = n / (time.perf_counter() - t)
+    await db.close()
+    return rate
 
 
-def _job_line(base: str, job_id: str) -> str:
-    job = httpx.get(f"{base}/v1/jobs/{job_id}", timeout=30).json()
-    progress = job["progress"]
-    return f"{job['status']}, stage {progress['stage']}, {progress['done']}/{progress['total']}"
+def _task_line(base: str, task_id: str) -> str:
+    task = httpx.get(f"{base}/v1/tasks/{task_id}", timeout=30).json()
+    progress = task["progress"]
+    return f"{task['status']}, stage {progress['stage']}, {progress['done']}/{progress['total']}"
 
 
 def main() -> None:
@@ -104,9 +109,11 @@ def main() -> None:
                     r = httpx.post(
                         f"{base}/v1/documents", files={"file": (big.name, f)}, timeout=120
                     )
-                background = r.json()["job_id"]
+                background = r.json()["task_id"]
                 time.sleep(5)  # let its import get going: the uploads below compete with it
-                print(f"background import ({args.background_mb} MB): {_job_line(base, background)}")
+                print(
+                    f"background import ({args.background_mb} MB): {_task_line(base, background)}"
+                )
                 print(f"{args.clients} clients, 1 MB uploads; every upload starts an import too")
                 # Open loop first, lowest rate first: each run starts from the steady state of
                 # the one before; the closed loop (saturation) last, as it leaves a backlog.
@@ -115,7 +122,7 @@ def main() -> None:
                     print(f"  open loop {rate:.0f}/s, {len(requests)} uploads: {res.summary()}")
                 res = asyncio.run(run_load("127.0.0.1", api_port, closed, args.clients))
                 print(f"  closed loop, {len(closed)} uploads: {res.summary()}", flush=True)
-                print(f"background import now: {_job_line(base, background)}")
+                print(f"background import now: {_task_line(base, background)}")
         finally:
             if args.keep_log:
                 shutil.copy(log, args.keep_log)

@@ -15,11 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from activities import file_store
-from activities.embedding import make_embedder
-from activities.indexing import index_document
-from activities.parse_runner import run_parse
-from activities.vector_store import VectorStore
+from activities.ingest.indexing import index_document
+from activities.ingest.parse_runner import run_parse
 from bench.common import (
     MemorySampler,
     bench_settings,
@@ -30,10 +27,15 @@ from bench.common import (
     write_big_text,
     write_corpus,
 )
-from knowledgeops.models import ChunkingOptions, EmbedCheckpoint, EmbedRequest
+from knowledgeops.contracts.document_import import ChunkingOptions, EmbedCheckpoint, EmbedRequest
+from knowledgeops.embedding import make_embedder
 from knowledgeops.settings import Settings
+from knowledgeops.stores import file_store
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
-from starter.service import TaskQueueService, derive_document_id
+from starter.documents import DocumentService, derive_document_id
+from starter.service import TaskQueueService
 
 
 async def direct(settings: Settings, files: list[Path], concurrency: int) -> tuple[float, int]:
@@ -68,7 +70,7 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
                 embedder,
                 settings.chunks_dir,
                 req,
-                EmbedCheckpoint(next_index=0, total=parsed.total_chunks),
+                EmbedCheckpoint(total=parsed.total_chunks),
                 lambda cp: None,
             )
             return parsed.total_chunks
@@ -83,12 +85,17 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
 
 async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
     service = TaskQueueService(await connect(settings), settings)
+    db = await Database.open(settings)
+    documents = DocumentService(service, db, settings)
     started = time.perf_counter()
-    refs = [await service.import_file(p) for p in files]
-    statuses = await asyncio.gather(*(service.wait(r.job_id) for r in refs))
+    refs = [await documents.import_file(p) for p in files]
+    statuses = await asyncio.gather(*(service.wait(r.task_id) for r in refs))
     elapsed = time.perf_counter() - started
-    failed = [f"{s.job_id}: {s.status} {s.last_error}" for s in statuses if s.status != "completed"]
+    failed = [
+        f"{s.task_id}: {s.status} {s.last_error}" for s in statuses if s.status != "completed"
+    ]
     chunks = sum((s.result or {}).get("total_chunks", 0) for s in statuses)
+    await db.close()
     return elapsed, chunks, failed
 
 

@@ -1,4 +1,5 @@
-"""Turning errors into the one-line text users see; shared by workflows and starters."""
+"""Errors both sides share: bad input a retry cannot fix, provider failures, and turning any
+failure into the one-line text users see."""
 
 from __future__ import annotations
 
@@ -21,3 +22,20 @@ def failure_text(err: BaseException) -> str:
 def validation_text(errors: Iterable[Mapping[str, Any]]) -> str:
     """pydantic errors as `field.path: message; ...`."""
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+
+
+class DocumentError(Exception):
+    """The input document itself is unusable; retrying cannot help."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class EmbeddingRejectedError(Exception):
+    """The embedding provider refused the request (bad key, model, input): not retryable."""
+
+
+class EmbeddingUnavailableError(Exception):
+    """The embedding provider kept failing transiently; Temporal retries the activity."""

@@ -18,7 +18,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(default=Path("./data"), alias="KNOWLEDGEOPS_DATA_DIR")
-    # Prefixed to every task queue and job (workflow) id, so several deployments or test runs
+    # Prefixed to every task queue and task (workflow) id, so several deployments or test runs
     # can share one Temporal namespace without seeing each other's work.
     prefix: str = Field(default="", pattern=r"^[A-Za-z0-9_.:-]{0,40}$", alias="KNOWLEDGEOPS_PREFIX")
 
@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     def queue(self, name: str) -> str:
         return f"{self.prefix}{name}"
 
-    def job_id(self, name: str) -> str:
+    def task_id(self, name: str) -> str:
         return f"{self.prefix}{name}"
 
 

@@ -1,22 +1,40 @@
 """The one registry of task types.
 
-Every task type of the platform is declared here with its workflow, payload model, task queue,
-timeouts and retry policies. Workflows read their activity options from here and starters
-read queues and workflow names from here, so no module invents its own. `tests/test_registry.py`
-enforces the rules (bounded retries, heartbeats on long activities).
+Each entry declares everything about a type: its workflow, payload and result models, task
+queue, execution timeout, the options of every activity it runs, the activity classes that
+implement them, its progress unit and its event projection. The worker registers what this
+says, the service starts what this says, status and the admin views read progress units from
+here, and the event store runs the projections named here; `tests/test_registry.py` enforces
+the rules (bounded retries, heartbeats on long activities, every implementation registered
+exactly once).
+
+Implementations are named by import path ("module:attribute"), not imported: this module is a
+contract that workflows (sandboxed), starters (which never import activities) and the worker
+all read, so it must not pull in any of them.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.workflow import ActivityCancellationType
 
-from knowledgeops import payloads
-from knowledgeops.models import DocumentImportPayload
+from knowledgeops.contracts import planned
+from knowledgeops.contracts.document_import import (
+    DELETE_DOCUMENT_POINTS,
+    EMBED_AND_UPSERT,
+    PARSE_DOCUMENT,
+    DocumentImportPayload,
+    DocumentImportResult,
+)
+from knowledgeops.contracts.events import RECORD_TASK_EVENTS
 
 # Keyword search attribute set on every workflow we start; operators filter by it in the Web UI.
 TASK_TYPE_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("TaskType")
@@ -48,10 +66,23 @@ class TaskQueue(StrEnum):
 
 
 @dataclass(frozen=True)
-class ActivitySpec:
+class ActivityOptions:
     start_to_close: timedelta
     retry_policy: RetryPolicy
     heartbeat_timeout: timedelta | None = None
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `workflow.execute_activity`."""
+        return {
+            "start_to_close_timeout": self.start_to_close,
+            "heartbeat_timeout": self.heartbeat_timeout,
+            "retry_policy": self.retry_policy,
+            # A heartbeating activity receives cancellation; wait until it has really stopped,
+            # so cleanup that follows never races one of its late writes.
+            "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+            if self.heartbeat_timeout is not None
+            else ActivityCancellationType.TRY_CANCEL,
+        }
 
 
 @dataclass(frozen=True)
@@ -59,15 +90,24 @@ class TaskSpec:
     task_type: TaskType
     payload_model: type[BaseModel]
     task_queue: TaskQueue
-    # Workflow type name; None while the type has no workflow yet.
-    workflow: str | None
-    execution_timeout: timedelta
-    activities: dict[str, ActivitySpec] = field(default_factory=dict)
-    description: str = ""
+    description: str
+    execution_timeout: timedelta = timedelta(hours=6)
+    # Workflow type name (what starters start and the Web UI shows) and its class.
+    workflow_name: str | None = None
+    workflow_class: str | None = None
+    result_model: type[BaseModel] | None = None
+    # Options of every activity the workflow runs, by activity name.
+    activities: Mapping[str, ActivityOptions] = field(default_factory=dict)
+    # Classes implementing those activities; each is built once per worker from its resources.
+    activity_classes: tuple[str, ...] = ()
+    # What `done` / `total` count in this type's progress.
+    progress_unit: str = "steps"
+    # Class that keeps a read model up to date from this type's domain events.
+    projection: str | None = None
 
     @property
     def implemented(self) -> bool:
-        return self.workflow is not None
+        return self.workflow_class is not None
 
 
 def _retry(attempts: int, *, initial: float = 1.0, maximum: float = 60.0) -> RetryPolicy:
@@ -79,113 +119,110 @@ def _retry(attempts: int, *, initial: float = 1.0, maximum: float = 60.0) -> Ret
     )
 
 
-# Activities every implemented workflow uses (registered on every task queue).
-COMMON_ACTIVITIES = {
-    # Domain events go to the app database (a local activity: see workflows/task_events.py);
-    # the database may be briefly unavailable, so retry long.
-    "record_task_events": ActivitySpec(
-        start_to_close=timedelta(seconds=30),
-        retry_policy=_retry(30, initial=1.0, maximum=60.0),
+# Activities every workflow uses, registered on every task queue.
+COMMON_ACTIVITIES: Mapping[str, ActivityOptions] = {
+    # Domain events go to the app database (a local activity: see workflows/base.py); the
+    # database may be briefly unavailable, so retry long.
+    RECORD_TASK_EVENTS.name: ActivityOptions(
+        start_to_close=timedelta(seconds=30), retry_policy=_retry(30, initial=1.0, maximum=60.0)
     ),
 }
-
-_IMPORT_ACTIVITIES = {
-    **COMMON_ACTIVITIES,
-    # Parsing runs in a subprocess and heartbeats while it waits for it.
-    "parse_document": ActivitySpec(
-        start_to_close=timedelta(minutes=30),
-        heartbeat_timeout=timedelta(seconds=30),
-        retry_policy=_retry(3),
-    ),
-    # One activity embeds a whole document batch by batch; the heartbeat carries the checkpoint.
-    "embed_and_upsert": ActivitySpec(
-        start_to_close=timedelta(hours=4),
-        heartbeat_timeout=timedelta(seconds=20),
-        retry_policy=_retry(8, initial=2.0),
-    ),
-    "delete_document_points": ActivitySpec(
-        start_to_close=timedelta(minutes=5),
-        heartbeat_timeout=timedelta(seconds=30),
-        retry_policy=_retry(10),
-    ),
-}
+COMMON_ACTIVITY_CLASSES = ("activities.events:EventActivities",)
 
 
 def _planned(
     task_type: TaskType, model: type[BaseModel], queue: TaskQueue, description: str
 ) -> TaskSpec:
-    return TaskSpec(
-        task_type=task_type,
-        payload_model=model,
-        task_queue=queue,
-        workflow=None,
-        execution_timeout=timedelta(hours=6),
-        description=description,
-    )
+    return TaskSpec(task_type, model, queue, description)
 
 
 REGISTRY: dict[TaskType, TaskSpec] = {
     spec.task_type: spec
     for spec in [
         TaskSpec(
-            task_type=TaskType.DOCUMENT_IMPORT,
-            payload_model=DocumentImportPayload,
-            task_queue=TaskQueue.INGEST,
-            workflow="DocumentImport",
+            TaskType.DOCUMENT_IMPORT,
+            DocumentImportPayload,
+            TaskQueue.INGEST,
+            "Parse, chunk, embed and index a stored file so it becomes searchable.",
             execution_timeout=timedelta(hours=12),
-            activities=_IMPORT_ACTIVITIES,
-            description="Parse, chunk, embed and index a stored file so it becomes searchable.",
+            workflow_name="DocumentImport",
+            workflow_class="workflows.document_import:DocumentImportWorkflow",
+            result_model=DocumentImportResult,
+            activities={
+                # Parsing runs in a subprocess and heartbeats while it waits for it.
+                PARSE_DOCUMENT.name: ActivityOptions(
+                    start_to_close=timedelta(minutes=30),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=_retry(3),
+                ),
+                # Embeds a whole document batch by batch; the heartbeat carries the checkpoint.
+                EMBED_AND_UPSERT.name: ActivityOptions(
+                    start_to_close=timedelta(hours=4),
+                    heartbeat_timeout=timedelta(seconds=20),
+                    retry_policy=_retry(8, initial=2.0),
+                ),
+                DELETE_DOCUMENT_POINTS.name: ActivityOptions(
+                    start_to_close=timedelta(minutes=5),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=_retry(10),
+                ),
+            },
+            activity_classes=("activities.document_import:ImportActivities",),
+            progress_unit="chunks",
+            projection="knowledgeops.stores.catalogue:DocumentCatalogue",
         ),
-        _planned(TaskType.OCR_PROCESS, payloads.OcrPayload, TaskQueue.INGEST, "OCR a scan."),
+        _planned(
+            TaskType.OCR_PROCESS, planned.OcrPayload, TaskQueue.INGEST, "OCR a scan or an image."
+        ),
         _planned(
             TaskType.VISION_ANALYZE,
-            payloads.VisionAnalyzePayload,
+            planned.VisionAnalyzePayload,
             TaskQueue.AI,
             "Describe images and figures with a vision model.",
         ),
         _planned(
             TaskType.EMBEDDING_GENERATE,
-            payloads.EmbeddingGeneratePayload,
+            planned.EmbeddingGeneratePayload,
             TaskQueue.INGEST,
             "Embed a chunk range of a stored document.",
         ),
         _planned(
             TaskType.INDEXING_UPSERT,
-            payloads.IndexingUpsertPayload,
+            planned.IndexingUpsertPayload,
             TaskQueue.INGEST,
             "Upsert embedded chunks into the vector index.",
         ),
         _planned(
             TaskType.GENERATE_ARTIFACT,
-            payloads.GenerateArtifactPayload,
+            planned.GenerateArtifactPayload,
             TaskQueue.AI,
             "Summaries, outlines, mind maps, quizzes.",
         ),
         _planned(
-            TaskType.AI_ANALYSIS, payloads.AiAnalysisPayload, TaskQueue.AI, "Answer about a doc."
+            TaskType.AI_ANALYSIS, planned.AiAnalysisPayload, TaskQueue.AI, "Answer about a doc."
         ),
         _planned(
             TaskType.GENERATE_REVIEW_CARD,
-            payloads.GenerateReviewCardPayload,
+            planned.GenerateReviewCardPayload,
             TaskQueue.AI,
             "Spaced-repetition review cards.",
         ),
         _planned(
             TaskType.BACKUP_EXECUTE,
-            payloads.BackupExecutePayload,
+            planned.BackupExecutePayload,
             TaskQueue.MAINTENANCE,
             "Back up stored files, chunks and index.",
         ),
         _planned(
             TaskType.CLEANUP_EXECUTE,
-            payloads.CleanupExecutePayload,
+            planned.CleanupExecutePayload,
             TaskQueue.MAINTENANCE,
             "Remove orphaned files, chunks and points.",
         ),
-        _planned(TaskType.AGENT_TASK, payloads.AgentTaskPayload, TaskQueue.AGENTS, "Run an agent."),
+        _planned(TaskType.AGENT_TASK, planned.AgentTaskPayload, TaskQueue.AGENTS, "Run an agent."),
         _planned(
             TaskType.REPORT_GENERATE,
-            payloads.ReportGeneratePayload,
+            planned.ReportGeneratePayload,
             TaskQueue.MAINTENANCE,
             "Usage and learning reports.",
         ),
@@ -206,5 +243,15 @@ def spec_for(task_type: TaskType | str) -> TaskSpec:
     return REGISTRY[tt]
 
 
-def activity_spec(task_type: TaskType, activity_name: str) -> ActivitySpec:
-    return REGISTRY[task_type].activities[activity_name]
+def activity_options(task_type: TaskType, activity_name: str) -> ActivityOptions:
+    spec = REGISTRY[task_type]
+    options = spec.activities.get(activity_name) or COMMON_ACTIVITIES.get(activity_name)
+    if options is None:
+        raise LookupError(f"{task_type} declares no activity {activity_name!r} in the registry")
+    return options
+
+
+def load(path: str) -> Any:
+    """The object an implementation path ("package.module:attribute") names."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -31,7 +31,7 @@ DYNAMIC_CONFIG = {
 }
 
 
-def _detach() -> None:
+def detach_child() -> None:
     """In the child before exec: its own session, so a terminal Ctrl-C reaches only us and we
     stop the server in order; and SIGTERM when we die, so a killed launcher leaves no server."""
     os.setsid()
@@ -133,7 +133,7 @@ class TemporalDevServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_file.open("ab")
         self._proc = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_detach
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=detach_child
         )
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
@@ -153,6 +153,10 @@ class TemporalDevServer:
                 last = e
                 await asyncio.sleep(0.2)
         raise TimeoutError(f"Temporal dev server not ready after {timeout}s: {last}")
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self, timeout: float = 15.0) -> None:
         if self._proc is None:

@@ -1,4 +1,4 @@
-"""Live progress bars for `knowledgeops import --follow`."""
+"""Live progress bars for `knowledgeops import --follow` and `knowledgeops run --follow`."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from starter.service import JobStatus, TaskQueueService
+from starter.service import TaskQueueService, TaskStatus
 
 
 async def follow(
-    service: TaskQueueService, jobs: list[tuple[str, str]], *, quiet: bool = False
-) -> list[JobStatus]:
-    """Poll each job until it finishes; returns the final statuses in the given order."""
+    service: TaskQueueService, tasks: list[tuple[str, str]], *, quiet: bool = False
+) -> list[TaskStatus]:
+    """Poll each task until it finishes; returns the final statuses in the given order."""
     console = Console(stderr=quiet)
-    final: dict[str, JobStatus] = {}
+    final: dict[str, TaskStatus] = {}
     with Progress(
         TextColumn("{task.fields[name]}", style="bold"),
         BarColumn(),
@@ -33,25 +33,25 @@ async def follow(
         transient=False,
     ) as progress:
         bars = {
-            job_id: progress.add_task("", total=None, name=name[-40:], stage="pending")
-            for name, job_id in jobs
+            task_id: progress.add_task("", total=None, name=name[-40:], stage="pending")
+            for name, task_id in tasks
         }
-        while len(final) < len(jobs):
-            for _, job_id in jobs:
-                if job_id in final:
+        while len(final) < len(tasks):
+            for _, task_id in tasks:
+                if task_id in final:
                     continue
-                st = await service.get_status(job_id)
+                st = await service.get_status(task_id)
                 label = st.progress.stage if st.status == "running" else st.status
                 if st.last_error and not st.finished:
                     label += f" (retrying: {st.last_error[:60]})"
                 progress.update(
-                    bars[job_id], total=st.progress.total, completed=st.progress.done, stage=label
+                    bars[task_id], total=st.progress.total, completed=st.progress.done, stage=label
                 )
                 if st.finished:
-                    final[job_id] = st
+                    final[task_id] = st
             await asyncio.sleep(0.5)
-    for name, job_id in jobs:
-        st = final[job_id]
+    for name, task_id in tasks:
+        st = final[task_id]
         if st.status != "completed" and not quiet:
             console.print(f"[red]{name}: {st.status}[/red] {st.last_error or ''}")
-    return [final[j] for _, j in jobs]
+    return [final[j] for _, j in tasks]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from activities.database import Database
-from activities.embedding import Embedder
-from activities.vector_store import VectorStore
+from knowledgeops.embedding import Embedder
+from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.vector_store import VectorStore
 
 
 class SearchHit(BaseModel):
@@ -34,7 +35,7 @@ async def search(
     [vector] = await embedder.embed([query])
     collection = VectorStore.collection_name(embedder.model_id)
     hits = await store.search(collection, vector, k, document_id)
-    docs = await db.documents_by_id({h.document_id for h in hits}) if db and hits else {}
+    docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
     out = []
     for h in hits:
         doc = docs.get(h.document_id)

@@ -15,13 +15,12 @@ from temporalio.api.taskqueue.v1 import TaskQueue as TaskQueueProto
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from knowledgeops.events import RETRY_OF_MEMO
-from knowledgeops.models import EmbedCheckpoint
+from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
 
 # Our status vocabulary ("pending" is Running that no worker picked up yet).
-TaskStatus = Literal[
+StatusName = Literal[
     "pending", "running", "completed", "failed", "cancelled", "terminated", "timed_out"
 ]
 # Each status as the visibility store names it.
@@ -44,7 +43,7 @@ INPUT_SUMMARY_CHARS = 2000
 
 
 class TaskSummary(BaseModel):
-    job_id: str
+    task_id: str
     run_id: str
     task_type: str | None
     status: str
@@ -59,7 +58,7 @@ class TaskPage(BaseModel):
 
 class TaskFilter(BaseModel):
     task_type: TaskType | None = None
-    status: TaskStatus | None = None
+    status: StatusName | None = None
     since: datetime | None = None
     until: datetime | None = None
 
@@ -84,7 +83,7 @@ class RunInfo(BaseModel):
 
 
 class TaskDetail(BaseModel):
-    status: Any  # JobStatus (starter.service); typed loosely to keep this module below it
+    status: Any  # TaskStatus (starter.service); typed loosely to keep this module below it
     input: Any
     activities: list[dict[str, Any]]
     runs: list[RunInfo]
@@ -151,7 +150,7 @@ FINISHED = frozenset({"completed", "failed", "cancelled", "terminated", "timed_o
 
 def _summary(w: WorkflowExecution) -> TaskSummary:
     return TaskSummary(
-        job_id=w.id,
+        task_id=w.id,
         run_id=w.run_id,
         task_type=w.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE),
         status=status_name(w.status),
@@ -175,10 +174,10 @@ async def list_tasks(
     return TaskPage(items=page, next_cursor=_iso(page[-1].started_at) if more else None)  # type: ignore[arg-type]
 
 
-async def runs_of(client: Client, settings: Settings, job_id: str) -> list[RunInfo]:
-    """Every run of a job id (retries and re-imports), newest first."""
+async def runs_of(client: Client, task_id: str) -> list[RunInfo]:
+    """Every run of a task id (retries and re-imports), newest first."""
     runs: list[RunInfo] = []
-    async for w in client.list_workflows(f"WorkflowId = {json.dumps(job_id)}"):
+    async for w in client.list_workflows(f"WorkflowId = {json.dumps(task_id)}"):
         memo = await w.memo()
         s = _summary(w)
         runs.append(
@@ -194,9 +193,9 @@ async def runs_of(client: Client, settings: Settings, job_id: str) -> list[RunIn
     return runs
 
 
-async def execution_log(client: Client, job_id: str, run_id: str | None = None) -> dict[str, Any]:
+async def execution_log(client: Client, task_id: str, run_id: str | None = None) -> dict[str, Any]:
     """Input summary and every activity attempt (start / end / error) of one run."""
-    history = await client.get_workflow_handle(job_id, run_id=run_id).fetch_history()
+    history = await client.get_workflow_handle(task_id, run_id=run_id).fetch_history()
     attempts: dict[int, ActivityAttempt] = {}
     input_summary: Any = None
     for e in history.events:
@@ -259,17 +258,14 @@ async def execution_log(client: Client, job_id: str, run_id: str | None = None) 
     }
 
 
-async def last_checkpoint(client: Client, job_id: str) -> dict[str, Any] | None:
-    desc = await client.get_workflow_handle(job_id).describe()
+async def last_checkpoint(client: Client, task_id: str) -> dict[str, Any] | None:
+    """The last heartbeat checkpoint of a running activity, whatever the task type."""
+    desc = await client.get_workflow_handle(task_id).describe()
     for pa in desc.raw_description.pending_activities:
         if pa.heartbeat_details.payloads:
             [details] = await client.data_converter.decode(pa.heartbeat_details.payloads)
-            if pa.activity_type.name == "embed_and_upsert":
-                return EmbedCheckpoint.model_validate(details).model_dump() | {
-                    "activity": pa.activity_type.name,
-                    "attempt": pa.attempt,
-                }
-            return {"activity": pa.activity_type.name, "details": details}
+            fields = details if isinstance(details, dict) else {"details": details}
+            return fields | {"activity": pa.activity_type.name, "attempt": pa.attempt}
     return None
 
 

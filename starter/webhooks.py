@@ -13,7 +13,7 @@ import logging
 
 import httpx
 
-from activities.database import Database
+from knowledgeops.stores.database import Database
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
@@ -37,10 +37,10 @@ class WebhookDispatcher:
             await asyncio.gather(*(self._deliver(http, url, stop) for url in self.urls))
 
     async def _deliver(self, http: httpx.AsyncClient, url: str, stop: asyncio.Event) -> None:
-        cursor = await self.db.webhook_cursor(url)
+        cursor = await self.db.webhook_cursors.get(url)
         backoff = 1.0
         while not stop.is_set():
-            events = await self.db.events_after(cursor, 100)
+            events = await self.db.events.after(cursor, 100)
             for ev in events:
                 body = ev.model_dump_json().encode()
                 headers = {
@@ -62,7 +62,7 @@ class WebhookDispatcher:
                     break
                 backoff = 1.0
                 cursor = ev.seq
-                await self.db.set_webhook_cursor(url, cursor)
+                await self.db.webhook_cursors.set(url, cursor)
             else:
                 await _sleep_or_stop(stop, self.poll_seconds)
 

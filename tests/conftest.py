@@ -19,12 +19,14 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from activities.database import Database
-from activities.embedding import Embedder, make_embedder
-from activities.vector_store import VectorStore
+from knowledgeops.embedding import Embedder, make_embedder
+from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
+from starter.documents import DocumentService
 from starter.service import TaskQueueService
 from tests.fake_openai import FakeOpenAI
 from worker import build_workers
@@ -100,6 +102,7 @@ class Env:
     client: Client
     settings: Settings
     service: TaskQueueService
+    documents: DocumentService
     embedder: Embedder
     _store: VectorStore | None
     db: Database
@@ -124,8 +127,12 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
     store = VectorStore.open(settings) if worker else None
     embedder = make_embedder(settings)
     db = await Database.open(settings)
-    env = Env(client, settings, TaskQueueService(client, settings, db), embedder, store, db)
-    workers = build_workers(client, settings, store, embedder, db) if store is not None else []
+    service = TaskQueueService(client, settings, db)
+    documents = DocumentService(service, db, settings, store)
+    env = Env(client, settings, service, documents, embedder, store, db)
+    workers = (
+        build_workers(client, Resources(settings, db, store, embedder)) if store is not None else []
+    )
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield env
@@ -187,11 +194,11 @@ class Api:
     settings: Settings
     admin: dict[str, str]
 
-    async def wait_job(self, job_id: str, timeout: float = 90) -> dict[str, Any]:
+    async def wait_task(self, task_id: str, timeout: float = 90) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            r = await self.http.get(f"/v1/jobs/{job_id}")
+            r = await self.http.get(f"/v1/tasks/{task_id}")
             assert r.status_code == 200, r.text
             body: dict[str, Any] = r.json()
             if body["status"] in ("completed", "failed", "cancelled", "terminated", "timed_out"):
@@ -205,13 +212,17 @@ ADMIN_TOKEN = "test-admin-token"
 
 @asynccontextmanager
 async def running_api(settings: Settings, *, workers: bool = True) -> AsyncIterator[Api]:
-    """The production composition (starter.node.run_node) on a free port, over real HTTP."""
-    from starter.node import run_node
+    """The production composition (the worker process serving the API, or the API alone) on
+    a free port, over real HTTP."""
+    from starter.processes import serve_api_only
+    from worker import run_worker
 
     if not settings.admin_tokens:
         settings = settings.model_copy(update={"admin_tokens": f"{ADMIN_TOKEN}:alice"})
     stop = asyncio.Event()
-    node = asyncio.create_task(run_node(settings, stop, serve_api=True, run_workers=workers))
+    node = asyncio.create_task(
+        run_worker(settings, stop, serve_api=True) if workers else serve_api_only(settings, stop)
+    )
     base = f"http://{settings.api_host}:{settings.api_port}"
     async with httpx.AsyncClient(base_url=base, timeout=60) as http:
         for _ in range(200):

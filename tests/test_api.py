@@ -24,8 +24,8 @@ async def test_upload_follow_search_and_catalogue(settings: Settings) -> None:
         r = await api.http.post("/v1/documents", **upload(EXAMPLES / "photosynthesis.html"))
         assert r.status_code == 202, r.text
         body = r.json()
-        assert body["status"] == "pending" and body["status_url"] == f"/v1/jobs/{body['job_id']}"
-        done = await api.wait_job(body["job_id"])
+        assert body["status"] == "pending" and body["status_url"] == f"/v1/tasks/{body['task_id']}"
+        done = await api.wait_task(body["task_id"])
         assert done["status"] == "completed", done
         chunks = done["result"]["total_chunks"]
 
@@ -37,7 +37,7 @@ async def test_upload_follow_search_and_catalogue(settings: Settings) -> None:
         assert docs["items"][0]["status"] == "ready"
         assert docs["items"][0]["indexed_chunks"] == chunks
         doc = (await api.http.get(f"/v1/documents/{body['document_id']}")).json()
-        assert doc["points_in_index"] == chunks and doc["job"]["status"] == "completed"
+        assert doc["points_in_index"] == chunks and doc["task"]["status"] == "completed"
         assert doc["title"] == "Photosynthesis"
 
 
@@ -62,8 +62,8 @@ async def test_error_statuses_share_one_shape(settings: Settings, tmp_path: Path
         r = await http.post("/v1/documents", **upload(png, name="notes.txt"))
         expect(r, 415, "unsupported_media_type")
         assert not list(small.files_dir.glob("*")), "rejected uploads are not kept"
-        expect(await http.get("/v1/jobs/nope"), 404, "not_found")
-        expect(await http.post("/v1/jobs/nope/cancel"), 404, "not_found")
+        expect(await http.get("/v1/tasks/nope"), 404, "not_found")
+        expect(await http.post("/v1/tasks/nope/cancel"), 404, "not_found")
         expect(
             await http.post("/v1/tasks", json={"type": "NOPE", "payload": {}}),
             400,
@@ -97,9 +97,9 @@ async def test_error_statuses_share_one_shape(settings: Settings, tmp_path: Path
         assert r.status_code == 202, r.text
         stored = list(small.files_dir.iterdir())
         assert len(stored) == 1 and stored[0].parent == small.files_dir
-        done = await api.wait_job(r.json()["job_id"])
+        done = await api.wait_task(r.json()["task_id"])
         assert done["status"] == "completed"
-        expect(await http.post(f"/v1/jobs/{done['job_id']}/cancel"), 409, "already_finished")
+        expect(await http.post(f"/v1/tasks/{done['task_id']}/cancel"), 409, "already_finished")
 
 
 async def test_idempotent_enqueue(settings: Settings) -> None:
@@ -110,20 +110,20 @@ async def test_idempotent_enqueue(settings: Settings) -> None:
                 "/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt", **form)
             )
         ).json()
-        await api.wait_job(first["job_id"])
+        await api.wait_task(first["task_id"])
         again = await api.http.post(
             "/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt", **form)
         )
-        assert again.status_code == 202 and again.json()["job_id"] == first["job_id"]
+        assert again.status_code == 202 and again.json()["task_id"] == first["task_id"]
         detail = (
-            await api.http.get(f"/v1/admin/tasks/{first['job_id']}", headers=api.admin)
+            await api.http.get(f"/v1/admin/tasks/{first['task_id']}", headers=api.admin)
         ).json()
         assert len(detail["runs"]) == 1, "the same key must not start a second run"
-        # Without the key, a re-import is a new run of the same job.
+        # Without the key, a re-import is a new run of the same task.
         await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
-        await api.wait_job(first["job_id"])
+        await api.wait_task(first["task_id"])
         detail = (
-            await api.http.get(f"/v1/admin/tasks/{first['job_id']}", headers=api.admin)
+            await api.http.get(f"/v1/admin/tasks/{first['task_id']}", headers=api.admin)
         ).json()
         assert len(detail["runs"]) == 2
 
@@ -136,42 +136,42 @@ async def test_cancel_through_api_and_events_in_order(
     fake_openai.latency = 0.2
     async with running_api(openai_settings(settings, fake_openai)) as api:
         body = (await api.http.post("/v1/documents", **upload(doc))).json()
-        job = body["job_id"]
+        task = body["task_id"]
         for _ in range(200):
-            st = (await api.http.get(f"/v1/jobs/{job}")).json()
+            st = (await api.http.get(f"/v1/tasks/{task}")).json()
             if st["progress"]["done"] >= 32:
                 break
             await asyncio.sleep(0.1)
-        r = await api.http.post(f"/v1/jobs/{job}/cancel", json={"reason": "changed my mind"})
+        r = await api.http.post(f"/v1/tasks/{task}/cancel", json={"reason": "changed my mind"})
         assert r.status_code == 202
-        final = await api.wait_job(job)
+        final = await api.wait_task(task)
         assert final["status"] == "cancelled"
         doc_row = (await api.http.get(f"/v1/documents/{body['document_id']}")).json()
         assert doc_row["points_in_index"] == 0 and doc_row["status"] == "cancelled"
 
-        page = (await api.http.get("/v1/events", params={"task_id": job})).json()
+        page = (await api.http.get("/v1/events", params={"task_id": task})).json()
         kinds = [e["event_type"] for e in page["events"]]
         assert kinds == ["TaskEnqueued", "TaskStarted", "TaskCancelled"]
         audit = (
-            await api.http.get("/v1/admin/audit", params={"task_id": job}, headers=api.admin)
+            await api.http.get("/v1/admin/audit", params={"task_id": task}, headers=api.admin)
         ).json()
         assert audit[0]["action"] == "cancel" and audit[0]["reason"] == "changed my mind"
 
 
 async def test_events_feed_and_streams_deliver_each_event_once_in_order(settings: Settings) -> None:
     async with running_api(settings) as api:
-        jobs = []
+        tasks = []
         for name in ("spaced-repetition.txt", "temporal-retries.md"):
-            jobs.append(
-                (await api.http.post("/v1/documents", **upload(EXAMPLES / name))).json()["job_id"]
+            tasks.append(
+                (await api.http.post("/v1/documents", **upload(EXAMPLES / name))).json()["task_id"]
             )
-        for j in jobs:
-            await api.wait_job(j)
+        for j in tasks:
+            await api.wait_task(j)
         everything = (await api.http.get("/v1/events", params={"after": 0, "limit": 1000})).json()
         events = everything["events"]
         assert len({e["event_id"] for e in events}) == len(events) == 6
         assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
-        for j in jobs:
+        for j in tasks:
             mine = [e["event_type"] for e in events if e["task_id"] == j]
             assert mine == ["TaskEnqueued", "TaskStarted", "TaskCompleted"]
         # Paging one at a time with the cursor yields exactly the same sequence.
@@ -193,9 +193,9 @@ async def test_events_feed_and_streams_deliver_each_event_once_in_order(settings
                 if len(streamed) == 4:
                     break
         assert streamed == [e["seq"] for e in events[2:6]]
-        # A job's live status stream ends with its final status.
+        # A task's live status stream ends with its final status.
         statuses = []
-        async with api.http.stream("GET", f"/v1/jobs/{jobs[0]}/events") as r:
+        async with api.http.stream("GET", f"/v1/tasks/{tasks[0]}/events") as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
                     statuses.append(line)
@@ -209,22 +209,22 @@ async def test_manual_retry_links_runs_and_is_audited(
     doc.write_text(numbered_paragraphs(20))
     fake_openai.api_key = "rotated-key"  # the worker's key is refused: the import fails
     async with running_api(openai_settings(settings, fake_openai, openai_api_key="old-key")) as api:
-        job = (await api.http.post("/v1/documents", **upload(doc))).json()["job_id"]
-        failed = await api.wait_job(job)
+        task = (await api.http.post("/v1/documents", **upload(doc))).json()["task_id"]
+        failed = await api.wait_task(task)
         assert failed["status"] == "failed" and "EmbeddingRejected" in failed["last_error"]
         fake_openai.api_key = "old-key"  # the provider accepts it again
         r = await api.http.post(
-            f"/v1/admin/tasks/{job}/retry", json={"reason": "key fixed"}, headers=api.admin
+            f"/v1/admin/tasks/{task}/retry", json={"reason": "key fixed"}, headers=api.admin
         )
         assert r.status_code == 202, r.text
         new_run = r.json()["run_id"]
         busy = await api.http.post(
-            f"/v1/admin/tasks/{job}/retry", json={"reason": "again"}, headers=api.admin
+            f"/v1/admin/tasks/{task}/retry", json={"reason": "again"}, headers=api.admin
         )
-        assert busy.status_code == 409 or (await api.wait_job(job))["status"] == "completed"
-        done = await api.wait_job(job)
+        assert busy.status_code == 409 or (await api.wait_task(task))["status"] == "completed"
+        done = await api.wait_task(task)
         assert done["status"] == "completed"
-        detail = (await api.http.get(f"/v1/admin/tasks/{job}", headers=api.admin)).json()
+        detail = (await api.http.get(f"/v1/admin/tasks/{task}", headers=api.admin)).json()
         runs = detail["runs"]
         assert runs[0]["run_id"] == new_run and runs[0]["retry_of"] == runs[1]["run_id"]
         assert [a["activity"] for a in detail["activities"]].count("embed_and_upsert") == 1
@@ -233,9 +233,13 @@ async def test_manual_retry_links_runs_and_is_audited(
             await api.http.get("/v1/admin/audit", params={"action": "retry"}, headers=api.admin)
         ).json()
         first = audit[-1]
-        assert (first["actor"], first["task_ids"], first["reason"]) == ("alice", [job], "key fixed")
+        assert (first["actor"], first["task_ids"], first["reason"]) == (
+            "alice",
+            [task],
+            "key fixed",
+        )
         assert first["outcome"] == "started"
-        events = (await api.http.get("/v1/events", params={"task_id": job})).json()["events"]
+        events = (await api.http.get("/v1/events", params={"task_id": task})).json()["events"]
         kinds = [e["event_type"] for e in events]
         assert kinds[:3] == ["TaskEnqueued", "TaskStarted", "TaskFailed"]
         assert kinds[3:] == ["TaskRetried", "TaskStarted", "TaskCompleted"]
@@ -250,12 +254,12 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
                 "/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt", **form)
             )
         ).json()
-        job, doc_id = body["job_id"], body["document_id"]
-        assert (await api.http.get(f"/v1/jobs/{job}")).json()["status"] == "pending"
-        # Listed once its import runs; until then the job describes the document.
+        task, doc_id = body["task_id"], body["document_id"]
+        assert (await api.http.get(f"/v1/tasks/{task}")).json()["status"] == "pending"
+        # Listed once its import runs; until then the task describes the document.
         assert (await api.http.get("/v1/documents")).json()["total"] == 0
         queued = (await api.http.get(f"/v1/documents/{doc_id}")).json()
-        assert queued["status"] == "queued" and queued["job"]["status"] == "pending"
+        assert queued["status"] == "queued" and queued["task"]["status"] == "pending"
         assert queued["title"] == "Spacing" and queued["tags"] == ["memory", "review"]
         assert queued["filename"] == "spaced-repetition.txt"
         queue = f"{settings.prefix}knowledgeops-ingest"
@@ -270,9 +274,9 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         listed = (
             await api.http.get("/v1/admin/tasks", params={"status": "running"}, headers=api.admin)
         ).json()
-        assert [t["job_id"] for t in listed["items"]] == [job]
+        assert [t["task_id"] for t in listed["items"]] == [task]
     async with running_api(settings) as api:
-        assert (await api.wait_job(job))["status"] == "completed"
+        assert (await api.wait_task(task))["status"] == "completed"
         [listed_doc] = (await api.http.get("/v1/documents")).json()["items"]
         assert listed_doc["document_id"] == doc_id and listed_doc["status"] == "ready"
         assert listed_doc["title"] == "Spacing" and listed_doc["tags"] == ["memory", "review"]
@@ -315,13 +319,13 @@ async def test_bulk_retry_and_delete_document(
 ) -> None:
     fake_openai.api_key = "other"
     async with running_api(openai_settings(settings, fake_openai, openai_api_key="mine")) as api:
-        jobs = []
+        tasks = []
         for i in range(3):
             p = tmp_path / f"d{i}.txt"
             p.write_text(numbered_paragraphs(5 + i))
-            jobs.append((await api.http.post("/v1/documents", **upload(p))).json())
-        for j in jobs:
-            assert (await api.wait_job(j["job_id"]))["status"] == "failed"
+            tasks.append((await api.http.post("/v1/documents", **upload(p))).json())
+        for j in tasks:
+            assert (await api.wait_task(j["task_id"]))["status"] == "failed"
         fake_openai.api_key = "mine"
         r = await api.http.post(
             "/v1/admin/tasks/bulk",
@@ -329,10 +333,10 @@ async def test_bulk_retry_and_delete_document(
             headers=api.admin,
         )
         assert r.status_code == 200, r.text
-        assert sorted(r.json()["done"]) == sorted(j["job_id"] for j in jobs)
-        for j in jobs:
-            assert (await api.wait_job(j["job_id"]))["status"] == "completed"
-        victim = jobs[0]["document_id"]
+        assert sorted(r.json()["done"]) == sorted(j["task_id"] for j in tasks)
+        for j in tasks:
+            assert (await api.wait_task(j["task_id"]))["status"] == "completed"
+        victim = tasks[0]["document_id"]
         r = await api.http.delete(f"/v1/documents/{victim}", params={"reason": "user asked"})
         assert r.status_code == 200 and r.json()["points_removed"] > 0
         assert (await api.http.get(f"/v1/documents/{victim}")).status_code == 404
@@ -347,14 +351,14 @@ async def test_bulk_retry_and_delete_document(
 async def test_delete_of_a_queued_document(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from starter.http import documents
+    from starter import documents
 
     monkeypatch.setattr(documents, "CANCEL_WAIT_SECONDS", 1.0)
     async with running_api(settings, workers=False) as api:
         body = (
             await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
         ).json()
-        doc_id, job = body["document_id"], body["job_id"]
+        doc_id, task = body["document_id"], body["task_id"]
         # No worker can carry the cancel out yet: a clear 503, and nothing is deleted.
         r = await api.http.delete(f"/v1/documents/{doc_id}")
         assert r.status_code == 503 and r.headers["retry-after"] == "30"
@@ -366,9 +370,9 @@ async def test_delete_of_a_queued_document(
             ("cancel", "requested"),
         ]
     async with running_api(settings) as api:
-        assert (await api.wait_job(job))["status"] == "cancelled"
+        assert (await api.wait_task(task))["status"] == "cancelled"
         # Cancelled while queued: still a first and a last event, and listed as cancelled.
-        page = (await api.http.get("/v1/events", params={"task_id": job})).json()
+        page = (await api.http.get("/v1/events", params={"task_id": task})).json()
         assert [e["event_type"] for e in page["events"]] == ["TaskEnqueued", "TaskCancelled"]
         listed = (await api.http.get(f"/v1/documents/{doc_id}")).json()
         assert listed["status"] == "cancelled"

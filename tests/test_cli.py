@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -31,17 +32,17 @@ def cli(
 
 async def test_cli_exits_cleanly_every_time(settings: Settings) -> None:
     async with running_env(settings) as env:
-        ref = await env.service.import_file(EXAMPLES / "spaced-repetition.txt")
-        await env.service.wait(ref.job_id, timeout=60)
+        ref = await env.documents.import_file(EXAMPLES / "spaced-repetition.txt")
+        await env.service.wait(ref.task_id, timeout=60)
     environ = settings_env(settings)
     codes = []
     for _ in range(8):
-        r = cli(["status", ref.job_id, "--json"], environ)
+        r = cli(["status", ref.task_id, "--json"], environ)
         codes.append(r.returncode)
         assert json.loads(r.stdout)["status"] == "completed", r.stderr
     assert codes == [0] * 8
     missing = cli(["status", "no-such-job"], environ)
-    assert missing.returncode == 1 and "No job with id" in missing.stderr
+    assert missing.returncode == 1 and "No task with id" in missing.stderr
 
 
 def test_invalid_setting_stops_startup_naming_it(settings: Settings) -> None:
@@ -79,6 +80,7 @@ def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
             time.sleep(0.3)
         children = psutil.Process(dev.pid).children(recursive=True)
         assert any("temporal" in c.name() for c in children)
+        assert any("worker" in c.cmdline() for c in children)
 
         r = cli(["import", *map(str, sorted(EXAMPLES.iterdir())), "--follow", "--json"], environ)
         assert r.returncode == 0, r.stderr
@@ -89,7 +91,23 @@ def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
             ["search", "How do plants fix carbon dioxide in the Calvin cycle?", "--json"], environ
         )
         assert r.returncode == 0, r.stderr
-        assert "RuBisCO" in json.loads(r.stdout)[0]["text"]
+        hit = json.loads(r.stdout)[0]
+        assert "RuBisCO" in hit["text"]
+
+        # Documents through the CLI; the worker holds the embedded index, so show and delete
+        # go through its API.
+        listed = json.loads(cli(["documents", "list", "--json"], environ).stdout)
+        assert listed["total"] == len(statuses)
+        assert {d["status"] for d in listed["items"]} == {"ready"}
+        r = cli(["documents", "show", hit["document_id"], "--json"], environ)
+        shown = json.loads(r.stdout)
+        assert shown["points_in_index"] == shown["indexed_chunks"] > 0, r.stderr
+        r = cli(["documents", "delete", hit["document_id"], "--reason", "test"], environ)
+        assert r.returncode == 0 and f"{shown['points_in_index']} points removed" in r.stdout
+        r = cli(["documents", "show", hit["document_id"]], environ)
+        assert r.returncode == 1 and "No document with id" in r.stderr
+        listed = json.loads(cli(["documents", "list", "--json"], environ).stdout)
+        assert listed["total"] == len(statuses) - 1
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port + 1000}/", timeout=10) as ui:
             assert ui.status == 200  # the Web UI is up
@@ -113,3 +131,29 @@ def test_cli_reports_unreachable_server(command: str, tmp_path: Path) -> None:
     r = cli([command, "some-job"], environ, timeout=60)
     assert r.returncode == 1
     assert "Cannot reach Temporal" in r.stderr and "knowledgeops dev" in r.stderr
+
+
+async def test_run_starts_any_type_and_refuses_bad_payloads(settings: Settings) -> None:
+    environ = settings_env(settings)
+    r = cli(["run", "OCR_PROCESS", "--payload", '{"file_id": "x", "document_id": "d"}'], environ)
+    assert r.returncode == 1 and "OCR_PROCESS is registered but has no workflow" in r.stderr
+    r = cli(["run", "DOCUMENT_IMPORT", "--payload", '{"file_id": "nope"}'], environ)
+    assert r.returncode == 1 and "Invalid DOCUMENT_IMPORT payload" in r.stderr
+    assert "document_id: Field required" in r.stderr
+    r = cli(["run", "DOCUMENT_IMPORT", "--payload", "{not json"], environ)
+    assert r.returncode == 1 and "--payload is not valid JSON" in r.stderr
+
+    async with running_env(settings) as env:
+        ref = await env.documents.import_file(EXAMPLES / "spaced-repetition.txt")
+        await env.service.wait(ref.task_id, timeout=60)
+        raw, _ = await env.service.task_input(ref.task_id)
+        payload = settings.data_dir / "payload.json"
+        payload.write_text(json.dumps(raw | {"document_id": "via-run"}))
+        # In a thread: this test's event loop runs the worker the command waits for.
+        args = ["run", "DOCUMENT_IMPORT", "--payload", f"@{payload}", "--follow", "--json"]
+        r = await asyncio.to_thread(cli, args, environ)
+        assert r.returncode == 0, r.stderr
+        [status] = json.loads(r.stdout)
+        assert status["status"] == "completed" and status["progress"]["unit"] == "chunks"
+        assert status["progress"]["done"] == status["progress"]["total"] > 0
+        assert await env.points("via-run") == status["result"]["total_chunks"]

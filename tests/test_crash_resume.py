@@ -11,10 +11,11 @@ import signal
 import time
 from pathlib import Path
 
-from activities.database import Database
-from activities.vector_store import VectorStore
-from knowledgeops.events import EventType
+from knowledgeops.contracts.events import EventType
 from knowledgeops.settings import Settings
+from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.vector_store import VectorStore
 from tests.conftest import openai_settings, running_env, start_worker_process, stop_process
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
@@ -34,7 +35,7 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
     second = None
     try:
         async with running_env(cfg, worker=False) as env:
-            ref = await env.service.import_file(doc)
+            ref = await env.documents.import_file(doc)
             deadline = time.monotonic() + 60
             while fake_openai.embedded_count() < 400:
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
@@ -46,7 +47,7 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
             killed_at = time.monotonic()
 
             second = start_worker_process(cfg, log)
-            st = await env.service.wait(ref.job_id, timeout=120)
+            st = await env.service.wait(ref.task_id, timeout=120)
             recovery = time.monotonic() - killed_at
         assert st.status == "completed", st.last_error
         assert stop_process(second) == 0
@@ -72,8 +73,8 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
     assert points == total
     db = await Database.open(cfg)
     try:
-        events = await db.events_after(task_id=ref.job_id)
-        row = await db.get_document(ref.document_id)
+        events = await db.events.after(task_id=ref.task_id)
+        row = await DocumentCatalogue(db).get(ref.document_id)
     finally:
         await db.close()
     assert [e.event_type for e in events] == [

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from activities.database import Database
-from knowledgeops.events import EventType, TaskEvent
+from knowledgeops.contracts.events import EventType, TaskEvent
 from knowledgeops.settings import Settings
+from knowledgeops.stores.database import Database
 
 
 def event(task: str, kind: EventType, n: int = 0) -> TaskEvent:
@@ -31,16 +31,16 @@ async def test_events_are_stored_once_per_id_in_order(settings: Settings) -> Non
         async def one(i: int) -> None:
             for k in kinds:
                 batch = [event(f"t{i}", k)]
-                await db.record_events(batch)
-                assert await db.record_events(batch) == 0
+                await db.events.record(batch)
+                assert await db.events.record(batch) == 0
 
         await asyncio.gather(*(one(i) for i in range(20)))
-        stored = await db.events_after(0, limit=1000)
+        stored = await db.events.after(0, limit=1000)
         assert len(stored) == 60 == len({e.event_id for e in stored})
         assert [e.seq for e in stored] == sorted(e.seq for e in stored)
         for i in range(20):
             assert [e.event_type for e in stored if e.task_id == f"t{i}"] == kinds
-        tail = await db.events_after(stored[29].seq, limit=1000)
+        tail = await db.events.after(stored[29].seq, limit=1000)
         assert [e.event_id for e in tail] == [e.event_id for e in stored[30:]]
         assert all(e.at.tzinfo is not None for e in stored)
     finally:
@@ -52,14 +52,20 @@ async def test_migrations_are_idempotent_and_audit_filters(settings: Settings) -
     await db.close()
     db = await Database.open(settings)  # second start: already at head
     try:
-        await db.audit(actor="alice", action="retry", task_ids=["a"], reason="r1", outcome="ok")
-        await db.audit(actor="bob", action="cancel", task_ids=["a", "b"], reason="r2", outcome="ok")
-        await db.audit(actor="alice", action="cancel", task_ids=["c"], reason="r3", outcome="ok")
-        assert [r.reason for r in await db.audit_records()] == ["r3", "r2", "r1"]
-        assert [r.reason for r in await db.audit_records(actor="alice")] == ["r3", "r1"]
-        assert [r.reason for r in await db.audit_records(task_id="a")] == ["r2", "r1"]
-        assert [r.reason for r in await db.audit_records(action="cancel", limit=1)] == ["r3"]
-        newest = (await db.audit_records())[0]
-        assert [r.reason for r in await db.audit_records(before_id=newest.id)] == ["r2", "r1"]
+        await db.audit.record(
+            actor="alice", action="retry", task_ids=["a"], reason="r1", outcome="ok"
+        )
+        await db.audit.record(
+            actor="bob", action="cancel", task_ids=["a", "b"], reason="r2", outcome="ok"
+        )
+        await db.audit.record(
+            actor="alice", action="cancel", task_ids=["c"], reason="r3", outcome="ok"
+        )
+        assert [r.reason for r in await db.audit.records()] == ["r3", "r2", "r1"]
+        assert [r.reason for r in await db.audit.records(actor="alice")] == ["r3", "r1"]
+        assert [r.reason for r in await db.audit.records(task_id="a")] == ["r2", "r1"]
+        assert [r.reason for r in await db.audit.records(action="cancel", limit=1)] == ["r3"]
+        newest = (await db.audit.records())[0]
+        assert [r.reason for r in await db.audit.records(before_id=newest.id)] == ["r2", "r1"]
     finally:
         await db.close()

@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 
 from knowledgeops.settings import Settings
 from starter.search import search
-from starter.service import JobStatus
+from starter.service import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.helpers import numbered_paragraphs
@@ -19,15 +19,15 @@ from tests.helpers import numbered_paragraphs
 WAIT = 90.0
 
 
-async def import_and_wait(env: Env, path: Path, **kw: object) -> JobStatus:
-    ref = await env.service.import_file(path, **kw)  # type: ignore[arg-type]
-    return await env.service.wait(ref.job_id, timeout=WAIT)
+async def import_and_wait(env: Env, path: Path, **kw: object) -> TaskStatus:
+    ref = await env.documents.import_file(path, **kw)  # type: ignore[arg-type]
+    return await env.service.wait(ref.task_id, timeout=WAIT)
 
 
-async def activity_attempts(env: Env, job_id: str) -> list[tuple[str, int]]:
+async def activity_attempts(env: Env, task_id: str) -> list[tuple[str, int]]:
     """(activity type, attempt) of every ActivityTaskStarted event of the latest run,
     leaving out domain-event recording."""
-    history = await env.client.get_workflow_handle(job_id).fetch_history()
+    history = await env.client.get_workflow_handle(task_id).fetch_history()
     scheduled: dict[int, str] = {}
     started = []
     for e in history.events:
@@ -40,10 +40,10 @@ async def activity_attempts(env: Env, job_id: str) -> list[tuple[str, int]]:
 
 
 async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) -> None:
-    refs = [await env.service.import_file(p) for p in sorted(EXAMPLES.iterdir())]
-    statuses = await asyncio.gather(*(env.service.wait(r.job_id, timeout=WAIT) for r in refs))
+    refs = [await env.documents.import_file(p) for p in sorted(EXAMPLES.iterdir())]
+    statuses = await asyncio.gather(*(env.service.wait(r.task_id, timeout=WAIT) for r in refs))
     for ref, st in zip(refs, statuses, strict=True):
-        assert st.status == "completed", (ref.job_id, st.last_error)
+        assert st.status == "completed", (ref.task_id, st.last_error)
         assert st.result is not None
         assert await env.points(ref.document_id) == st.result["total_chunks"] > 0
     docs = {p.name: r.document_id for p, r in zip(sorted(EXAMPLES.iterdir()), refs, strict=True)}
@@ -69,13 +69,13 @@ async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) 
 
 async def test_task_type_search_attribute_and_pending_status(settings: Settings) -> None:
     async with running_env(settings, worker=False) as env:
-        ref = await env.service.import_file(EXAMPLES / "spaced-repetition.txt")
-        st = await env.service.get_status(ref.job_id)
+        ref = await env.documents.import_file(EXAMPLES / "spaced-repetition.txt")
+        st = await env.service.get_status(ref.task_id)
         assert (st.status, st.task_type) == ("pending", "DOCUMENT_IMPORT")
         found = [
             w.id
             async for w in env.client.list_workflows(
-                f'TaskType = "DOCUMENT_IMPORT" AND WorkflowId = "{ref.job_id}"'
+                f'TaskType = "DOCUMENT_IMPORT" AND WorkflowId = "{ref.task_id}"'
             )
         ]
         for _ in range(50):  # visibility is eventually consistent
@@ -85,11 +85,11 @@ async def test_task_type_search_attribute_and_pending_status(settings: Settings)
             found = [
                 w.id
                 async for w in env.client.list_workflows('TaskType = "DOCUMENT_IMPORT"')
-                if w.id == ref.job_id
+                if w.id == ref.task_id
             ]
-        assert found == [ref.job_id]
+        assert found == [ref.task_id]
     async with running_env(settings) as env:
-        st = await env.service.wait(ref.job_id, timeout=WAIT)
+        st = await env.service.wait(ref.task_id, timeout=WAIT)
         assert st.status == "completed"
 
 
@@ -100,10 +100,10 @@ async def test_reimport_and_duplicate_submission_never_duplicate_or_reembed(
     doc.write_text(numbered_paragraphs(60))
     async with running_env(openai_settings(settings, fake_openai)) as env:
         first, dup = await asyncio.gather(
-            env.service.import_file(doc), env.service.import_file(doc)
+            env.documents.import_file(doc), env.documents.import_file(doc)
         )
-        assert (first.job_id, first.run_id) == (dup.job_id, dup.run_id)  # joined, not doubled
-        st = await env.service.wait(first.job_id, timeout=WAIT)
+        assert (first.task_id, first.run_id) == (dup.task_id, dup.run_id)  # joined, not doubled
+        st = await env.service.wait(first.task_id, timeout=WAIT)
         total = st.result["total_chunks"]  # type: ignore[index]
         assert st.result["embedded"] == total  # type: ignore[index]
         paid = fake_openai.embedded_count()
@@ -119,14 +119,14 @@ async def test_reimport_and_duplicate_submission_never_duplicate_or_reembed(
         retitled = await import_and_wait(env, doc, metadata=_meta("Renamed"))
         assert retitled.result["embedded"] == 0  # type: ignore[index]
         assert fake_openai.embedded_count() == paid
-        row = await env.db.get_document(first.document_id or "")
+        row = await env.documents.catalogue.get(first.document_id or "")
         assert row is not None and row.title == "Renamed" and row.status == "ready"
         hits = await search(env.store, env.embedder, "Paragraph 3", k=3, db=env.db)
         assert {h.title for h in hits} == {"Renamed"}
 
 
 def _meta(title: str) -> object:
-    from knowledgeops.models import DocumentMetadata
+    from knowledgeops.contracts.document_import import DocumentMetadata
 
     return DocumentMetadata(title=title)
 
@@ -160,7 +160,7 @@ async def test_bad_file_fails_at_once_and_disturbs_nothing(env: Env, tmp_path: P
     assert st.last_error is not None and st.last_error.startswith("CorruptDocument:")
     assert "kept.pdf is not a readable PDF" in st.last_error
     assert time.monotonic() - started < 10
-    assert await activity_attempts(env, st.job_id) == [("parse_document", 1)]
+    assert await activity_attempts(env, st.task_id) == [("parse_document", 1)]
     assert await env.points("kept") == n, "a failed re-import must not remove the good version"
     # The worker is still healthy.
     ok = await import_and_wait(env, EXAMPLES / "photosynthesis.html")
@@ -194,7 +194,7 @@ async def test_retried_activity_resumes_from_its_checkpoint(
     fake_openai.fail_on[3] = Fault(500)
     async with running_env(openai_settings(settings, fake_openai, openai_max_retries=0)) as env:
         st = await import_and_wait(env, doc)
-        attempts = await activity_attempts(env, st.job_id)
+        attempts = await activity_attempts(env, st.task_id)
     assert st.status == "completed", st.last_error
     assert ("embed_and_upsert", 2) in attempts
     total = st.result["total_chunks"]  # type: ignore[index]
@@ -214,7 +214,7 @@ async def test_rejected_key_fails_without_retry_and_cleans_up(
         assert st.last_error is not None
         assert st.last_error.startswith("EmbeddingRejected:")
         assert "401" in st.last_error and "OPENAI_API_KEY" in st.last_error
-        attempts = await activity_attempts(env, st.job_id)
+        attempts = await activity_attempts(env, st.task_id)
         assert [a for a in attempts if a[0] == "embed_and_upsert"] == [("embed_and_upsert", 1)]
         assert await env.points() == 0
 
@@ -226,20 +226,21 @@ async def test_cancel_stops_embedding_and_removes_partial_points(
     doc.write_text(numbered_paragraphs(400))
     fake_openai.latency = 0.15
     async with running_env(openai_settings(settings, fake_openai)) as env:
-        ref = await env.service.import_file(doc)
+        ref = await env.documents.import_file(doc)
         seen: list[int] = []
         for _ in range(300):
-            st = await env.service.get_status(ref.job_id)
+            st = await env.service.get_status(ref.task_id)
             if st.progress.stage == "embedding":
                 seen.append(st.progress.done)
             if st.progress.done >= 64:
                 break
             await asyncio.sleep(0.1)
         assert st.status == "running" and st.progress.total and st.progress.total > 300
+        assert st.progress.unit == "chunks"
         assert seen == sorted(seen) and seen[-1] >= 64, "progress must be visible and grow"
         assert await env.points(ref.document_id) > 0
-        await env.service.cancel(ref.job_id)
-        final = await env.service.wait(ref.job_id, timeout=WAIT)
+        await env.service.cancel(ref.task_id)
+        final = await env.service.wait(ref.task_id, timeout=WAIT)
         assert final.status == "cancelled"
         assert await env.points(ref.document_id) == 0
         requests = fake_openai.requests
@@ -247,4 +248,4 @@ async def test_cancel_stops_embedding_and_removes_partial_points(
         assert fake_openai.requests == requests, "embedding went on after the cancel"
         assert fake_openai.embedded_count() < st.progress.total
         with pytest.raises(Exception, match="already finished"):
-            await env.service.cancel(ref.job_id)
+            await env.service.cancel(ref.task_id)

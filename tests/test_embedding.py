@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from activities.embedding import (
+from knowledgeops.embedding import (
     OPENAI_MAX_INPUTS,
     OPENAI_MAX_TOKENS,
     OpenAIEmbedder,
@@ -14,7 +14,7 @@ from activities.embedding import (
     make_embedder,
     plan_batches,
 )
-from activities.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
 from knowledgeops.settings import Settings
 from tests.conftest import openai_settings
 from tests.fake_openai import FakeOpenAI, Fault

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from activities.chunk_store import ChunkReader
-from activities.errors import DocumentError
-from activities.parse_runner import run_parse
-from knowledgeops.models import ChunkingOptions
+from activities.ingest.parse_runner import run_parse
+from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.errors import DocumentError
+from knowledgeops.stores.chunk_store import ChunkReader
 from tests.conftest import EXAMPLES
 from tests.helpers import numbered_paragraphs, write_docx, write_pdf, write_zip_bomb_docx
 

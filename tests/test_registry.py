@@ -1,24 +1,74 @@
-"""The registry's rules: every type declared, bounded retries, heartbeats on long activities."""
+"""The registry's rules: every type declared, bounded retries, heartbeats on long activities,
+and every workflow and activity implementation registered exactly once, with the types its
+contract promises."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+import typing
+from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
+from types import ModuleType
+from typing import Any
 
 import pytest
 
+import activities
+import knowledgeops.contracts
+import workflows
+from knowledgeops.contracts.base import ActivityRef
+from knowledgeops.resources import Resources
 from knowledgeops.task_types import (
+    COMMON_ACTIVITIES,
+    COMMON_ACTIVITY_CLASSES,
     MAX_HEARTBEAT_TIMEOUT,
     REGISTRY,
     TaskNotImplementedError,
     TaskType,
+    load,
     spec_for,
 )
 from starter.service import TaskQueueService
-from tests.conftest import Env
-from workflows import WORKFLOWS
+from tests.conftest import ROOT, Env
+from worker import plan_queues
 
 # An activity allowed to run longer than this must heartbeat.
 SHORT_ACTIVITY = timedelta(seconds=30)
+
+
+def _modules(package: ModuleType) -> list[ModuleType]:
+    return [
+        importlib.import_module(m.name)
+        for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+    ]
+
+
+def _activity_defs(cls: type) -> dict[str, Any]:
+    """Activity name -> function, for the @activity.defn methods a class defines."""
+    return {
+        fn.__temporal_activity_definition.name: fn
+        for fn in vars(cls).values()
+        if hasattr(fn, "__temporal_activity_definition")
+    }
+
+
+def _defined(package: ModuleType, is_implementation: Callable[[type], bool]) -> set[str]:
+    """Import paths of the implementation classes a package defines."""
+    return {
+        f"{module.__name__}:{name}"
+        for module in _modules(package)
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj) and obj.__module__ == module.__name__ and is_implementation(obj)
+    }
+
+
+def _is_workflow(cls: type) -> bool:
+    return "__temporal_workflow_definition" in vars(cls)
 
 
 def test_every_task_type_is_registered() -> None:
@@ -30,7 +80,7 @@ def test_every_task_type_is_registered() -> None:
 def test_activity_rules(task_type: TaskType) -> None:
     spec = REGISTRY[task_type]
     assert spec.execution_timeout > timedelta(0)
-    for name, act in spec.activities.items():
+    for name, act in {**spec.activities, **COMMON_ACTIVITIES}.items():
         assert act.retry_policy.maximum_attempts > 0, f"{task_type}.{name}: unbounded retries"
         if act.start_to_close > SHORT_ACTIVITY:
             assert act.heartbeat_timeout is not None, f"{task_type}.{name} must heartbeat"
@@ -39,10 +89,62 @@ def test_activity_rules(task_type: TaskType) -> None:
             assert act.heartbeat_timeout < act.start_to_close
 
 
-def test_registered_workflows_exist_and_no_others() -> None:
-    defined = {w.__temporal_workflow_definition.name for w in WORKFLOWS}  # type: ignore[attr-defined]
-    registered = {s.workflow for s in REGISTRY.values() if s.workflow}
-    assert defined == registered
+def test_every_workflow_is_registered_exactly_once() -> None:
+    named = Counter(s.workflow_class for s in REGISTRY.values() if s.workflow_class)
+    assert set(named) == _defined(workflows, _is_workflow)
+    assert max(named.values()) == 1, f"a workflow serves two task types: {named}"
+    for spec in REGISTRY.values():
+        if spec.workflow_class is None:
+            assert spec.workflow_name is None and not spec.activities
+            continue
+        definition = load(spec.workflow_class).__temporal_workflow_definition
+        assert definition.name == spec.workflow_name, spec.task_type
+        assert spec.result_model is not None, spec.task_type
+
+
+def test_every_activity_is_registered_exactly_once_with_its_options() -> None:
+    classes = set(COMMON_ACTIVITY_CLASSES) | {
+        path for spec in REGISTRY.values() for path in spec.activity_classes
+    }
+    defined = _defined(activities, lambda c: bool(_activity_defs(c)))
+    assert classes == defined, "an activity class nobody registers (or a path to nothing)"
+    names = Counter(name for path in classes for name in _activity_defs(load(path)))
+    assert max(names.values()) == 1, f"an activity name is implemented twice: {names}"
+    common = {n for p in COMMON_ACTIVITY_CLASSES for n in _activity_defs(load(p))}
+    assert common == set(COMMON_ACTIVITIES)
+    for spec in REGISTRY.values():
+        implemented = {n for p in spec.activity_classes for n in _activity_defs(load(p))}
+        assert implemented == set(spec.activities), f"{spec.task_type}: options vs. classes"
+
+
+def test_activity_refs_match_their_implementations() -> None:
+    implementations = {
+        name: fn
+        for path in {p for s in REGISTRY.values() for p in s.activity_classes}
+        | set(COMMON_ACTIVITY_CLASSES)
+        for name, fn in _activity_defs(load(path)).items()
+    }
+    refs = [
+        obj
+        for module in _modules(knowledgeops.contracts)
+        for obj in vars(module).values()
+        if isinstance(obj, ActivityRef)
+    ]
+    assert {r.name for r in refs} == set(implementations)
+    for ref in refs:
+        hints = typing.get_type_hints(implementations[ref.name])
+        [arg] = [v for k, v in hints.items() if k != "return"]
+        assert (arg, hints["return"]) == (ref.input, ref.output), ref.name
+
+
+async def test_worker_registers_each_queue_once(env: Env) -> None:
+    plans = plan_queues(Resources(env.settings, env.db, env.store, env.embedder))
+    implemented = [s for s in REGISTRY.values() if s.implemented]
+    assert set(plans) == {env.settings.queue(s.task_queue.value) for s in implemented}
+    for spec in implemented:
+        plan = plans[env.settings.queue(spec.task_queue.value)]
+        assert load(spec.workflow_class or "") in plan.workflows
+        assert set(spec.activities) | set(COMMON_ACTIVITIES) <= set(plan.activities)
 
 
 def test_unknown_type_is_a_clear_error() -> None:
@@ -56,14 +158,22 @@ async def test_starting_a_type_without_workflow_is_refused(env: Env) -> None:
         await service.enqueue(TaskType.OCR_PROCESS, {"file_id": "x", "document_id": "d1"})
 
 
-def test_worker_registers_exactly_the_declared_activities() -> None:
-    from activities.document_import import ImportActivities
-    from activities.task_events import EventActivities
+def _imported_after(statement: str) -> set[str]:
+    """Top-level packages a fresh interpreter has loaded after `statement`."""
+    names = "' '.join(sorted({m.split('.')[0] for m in sys.modules}))"
+    code = f"import sys; {statement}; print({names})"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
 
-    names = {
-        fn.__temporal_activity_definition.name
-        for cls in (ImportActivities, EventActivities)
-        for fn in vars(cls).values()
-        if hasattr(fn, "__temporal_activity_definition")
-    }
-    assert names == set(REGISTRY[TaskType.DOCUMENT_IMPORT].activities)
+
+def test_layers_keep_their_direction() -> None:
+    # starter never imports activities or the worker (everything it starts goes by name).
+    loaded = _imported_after(
+        "import starter.cli, starter.cli_documents, starter.processes, starter.http.app"
+    )
+    assert not {"activities", "worker", "workflows"} & loaded
+    # Workflows import only contracts: nothing heavy enters the sandbox's pass-through.
+    loaded = _imported_after("import workflows.document_import, workflows.base")
+    assert not {"activities", "starter", "qdrant_client", "sqlalchemy", "openai"} & loaded

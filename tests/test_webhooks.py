@@ -53,7 +53,7 @@ async def test_webhooks_are_signed_ordered_and_retried(settings: Settings) -> No
                 "/v1/documents",
                 files={"file": ("n.txt", (EXAMPLES / "spaced-repetition.txt").read_bytes())},
             )
-            await api.wait_job(r.json()["job_id"])
+            await api.wait_task(r.json()["task_id"])
             for _ in range(150):  # backoff 1 s + 2 s after the two refusals
                 if len(receiver.accepted) >= 3:
                     break

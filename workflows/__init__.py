@@ -1,6 +1,5 @@
-"""Workflow definitions, one module per task type."""
+"""Workflow definitions, one module per task type; `base` holds what every workflow shares.
 
-from workflows.document_import import DocumentImportWorkflow
-
-# Every workflow a worker registers; tests check this matches the task-type registry.
-WORKFLOWS: list[type] = [DocumentImportWorkflow]
+Which workflow serves which task type is declared in the registry (knowledgeops/task_types.py),
+and the worker registers exactly what it declares.
+"""

@@ -14,7 +14,7 @@ from knowledgeops.task_types import TaskType
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
-from starter.service import JobFinishedError, JobStatus, TaskNotRetryableError
+from starter.service import TaskFinishedError, TaskNotRetryableError, TaskStatus
 
 BULK_MAX = 1000
 
@@ -51,7 +51,7 @@ async def overview(rt: RuntimeDep) -> tq.Overview:
 
 def _filter(
     type: TaskType | None = None,
-    status: tq.TaskStatus | None = None,
+    status: tq.StatusName | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> tq.TaskFilter:
@@ -70,12 +70,12 @@ async def list_tasks(
 
 
 class TaskDetail(tq.TaskDetail):
-    status: JobStatus
+    status: TaskStatus
 
 
-@router.get("/tasks/{job_id}", response_model=TaskDetail)
-async def task_detail(rt: RuntimeDep, job_id: str) -> TaskDetail:
-    return TaskDetail.model_validate((await rt.service.describe(job_id)).model_dump())
+@router.get("/tasks/{task_id}", response_model=TaskDetail)
+async def task_detail(rt: RuntimeDep, task_id: str) -> TaskDetail:
+    return TaskDetail.model_validate((await rt.service.describe(task_id)).model_dump())
 
 
 class ActionRequest(BaseModel):
@@ -83,30 +83,30 @@ class ActionRequest(BaseModel):
 
 
 class ActionAccepted(BaseModel):
-    job_id: str
+    task_id: str
     action: str
     run_id: str | None = None
 
 
-@router.post("/tasks/{job_id}/retry", status_code=202, response_model=ActionAccepted)
+@router.post("/tasks/{task_id}/retry", status_code=202, response_model=ActionAccepted)
 async def retry_task(
-    rt: RuntimeDep, who: Operator, job_id: str, body: ActionRequest
+    rt: RuntimeDep, who: Operator, task_id: str, body: ActionRequest
 ) -> ActionAccepted:
-    ref = await rt.service.retry(job_id, reason=body.reason, actor=who)
-    return ActionAccepted(job_id=job_id, action="retry", run_id=ref.run_id)
+    ref = await rt.service.retry(task_id, reason=body.reason, actor=who)
+    return ActionAccepted(task_id=task_id, action="retry", run_id=ref.run_id)
 
 
-@router.post("/tasks/{job_id}/cancel", status_code=202, response_model=ActionAccepted)
+@router.post("/tasks/{task_id}/cancel", status_code=202, response_model=ActionAccepted)
 async def cancel_task(
-    rt: RuntimeDep, who: Operator, job_id: str, body: ActionRequest
+    rt: RuntimeDep, who: Operator, task_id: str, body: ActionRequest
 ) -> ActionAccepted:
-    await rt.service.cancel(job_id, reason=body.reason, actor=who)
-    return ActionAccepted(job_id=job_id, action="cancel")
+    await rt.service.cancel(task_id, reason=body.reason, actor=who)
+    return ActionAccepted(task_id=task_id, action="cancel")
 
 
 class BulkFilter(BaseModel):
     type: TaskType | None = None
-    status: tq.TaskStatus | None = None
+    status: tq.StatusName | None = None
     since: datetime | None = None
     until: datetime | None = None
 
@@ -134,23 +134,19 @@ async def bulk_action(rt: RuntimeDep, who: Operator, body: BulkRequest) -> BulkR
     for item in page.items:
         try:
             if body.action == "retry":
-                await rt.service.retry(item.job_id, reason=body.reason, actor=who)
+                await rt.service.retry(item.task_id, reason=body.reason, actor=who)
             else:
-                await rt.service.cancel(item.job_id, reason=body.reason, actor=who)
-            done.append(item.job_id)
-        except (JobFinishedError, TaskNotRetryableError) as e:
-            skipped[item.job_id] = str(e)
-    await rt.db.audit(
-        actor=who,
-        action=f"bulk_{body.action}",
-        task_ids=[i.job_id for i in page.items],
-        reason=body.reason,
-        outcome="partial" if skipped else "done",
-        details={
-            "filter": body.filter.model_dump(mode="json"),
-            "done": done,
-            "skipped": skipped,
-        },
+                await rt.service.cancel(item.task_id, reason=body.reason, actor=who)
+            done.append(item.task_id)
+        except (TaskFinishedError, TaskNotRetryableError) as e:
+            skipped[item.task_id] = str(e)
+    await rt.service.audit(
+        who,
+        f"bulk_{body.action}",
+        [i.task_id for i in page.items],
+        body.reason,
+        "partial" if skipped else "done",
+        {"filter": body.filter.model_dump(mode="json"), "done": done, "skipped": skipped},
     )
     return BulkResult(action=body.action, matched=len(page.items), done=done, skipped=skipped)
 
@@ -183,7 +179,7 @@ async def audit_log(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: int | None = None,
 ) -> list[AuditRecord]:
-    rows = await rt.db.audit_records(
+    rows = await rt.db.audit.records(
         actor=actor,
         action=action,
         task_id=task_id,

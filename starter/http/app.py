@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from starter.http import admin, documents, jobs
+from starter.http import admin, documents, tasks
 from starter.http.errors import error_response, install_error_handlers
 from starter.http.runtime import Runtime, RuntimeDep
 
@@ -66,7 +66,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(documents.router)
-    app.include_router(jobs.router)
+    app.include_router(tasks.router)
     app.include_router(admin.router)
     limit = min(runtime.settings.upload_max_bytes, runtime.settings.max_file_bytes)
     app.add_middleware(UploadLimit, max_bytes=limit)

@@ -12,11 +12,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from knowledgeops.errors import validation_text
 from knowledgeops.task_types import TaskNotImplementedError
+from starter.documents import CancelPendingError, DocumentNotFoundError
 from starter.service import (
-    JobFinishedError,
-    JobNotFoundError,
     PayloadInvalidError,
     PayloadTooLargeError,
+    TaskFinishedError,
+    TaskNotFoundError,
     TaskNotRetryableError,
 )
 
@@ -48,8 +49,9 @@ def error_response(
 
 # Service exceptions and the status / code each one maps to.
 _MAPPED: list[tuple[type[Exception], int, str]] = [
-    (JobNotFoundError, 404, "not_found"),
-    (JobFinishedError, 409, "already_finished"),
+    (TaskNotFoundError, 404, "not_found"),
+    (DocumentNotFoundError, 404, "not_found"),
+    (TaskFinishedError, 409, "already_finished"),
     (TaskNotRetryableError, 409, "not_retryable"),
     (PayloadTooLargeError, 413, "payload_too_large"),
     (PayloadInvalidError, 422, "invalid_payload"),
@@ -74,6 +76,11 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(status, code, str(e))
 
         app.add_exception_handler(exc_type, _mapped)
+
+    @app.exception_handler(CancelPendingError)
+    async def _cancel_pending(_: Request, e: CancelPendingError) -> JSONResponse:
+        # The cancel stays requested; the client may delete again once it has taken effect.
+        return error_response(503, "cancel_pending", str(e), {"Retry-After": "30"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""What route handlers share: settings, Temporal client, service, database, index, embedder."""
+"""What route handlers share: settings, Temporal client, the task and document services, and
+the resources of the process (database, index, embedder)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 from temporalio.client import Client
 
-from activities.database import Database
-from activities.embedding import Embedder
-from activities.vector_store import VectorStore
+from knowledgeops.embedding import Embedder
+from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.vector_store import VectorStore
+from starter.documents import DocumentService
 from starter.service import TaskQueueService
 
 
@@ -20,9 +23,17 @@ class Runtime:
     settings: Settings
     client: Client
     service: TaskQueueService
+    documents: DocumentService
     db: Database
     store: VectorStore
     embedder: Embedder
+
+    @classmethod
+    def build(cls, client: Client, resources: Resources) -> Runtime:
+        s, db = resources.settings, resources.db
+        service = TaskQueueService(client, s, db)
+        documents = DocumentService(service, db, s, resources.store)
+        return cls(s, client, service, documents, db, resources.store, resources.embedder)
 
 
 def get_runtime(request: Request) -> Runtime:

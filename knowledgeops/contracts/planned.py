@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+from knowledgeops.contracts.document_import import DOCUMENT_ID_PATTERN as _ID
 
 
 class OcrPayload(BaseModel):

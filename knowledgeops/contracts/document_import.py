@@ -1,4 +1,4 @@
-"""Payload and result models that cross Temporal boundaries.
+"""DOCUMENT_IMPORT's contract: payload, activity requests / results / checkpoint, result.
 
 Everything here is small by construction: files travel as ids in the storage directory, chunks
 as a document id plus an index range. Never put document text into these models.
@@ -7,6 +7,10 @@ as a document id plus an index range. Never put document text into these models.
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
+
+from knowledgeops.contracts.base import ActivityRef, Checkpoint
+
+DOCUMENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
 
 class DocumentMetadata(BaseModel):
@@ -24,7 +28,7 @@ class DocumentImportPayload(BaseModel):
     """Input of DOCUMENT_IMPORT: a stored file, never its bytes."""
 
     file_id: str = Field(pattern=r"^[0-9a-f]{64}(\.[a-z0-9]{1,10})?$")
-    document_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+    document_id: str = Field(pattern=DOCUMENT_ID_PATTERN)
     filename: str = Field(default="", max_length=500)
     metadata: DocumentMetadata = Field(default_factory=DocumentMetadata)
     chunking: ChunkingOptions = Field(default_factory=ChunkingOptions)
@@ -53,11 +57,9 @@ class EmbedRequest(BaseModel):
     batch_size: int
 
 
-class EmbedCheckpoint(BaseModel):
-    """Heartbeat details of the embed activity; a retry resumes from `next_index`."""
+class EmbedCheckpoint(Checkpoint):
+    """Heartbeat details of the embed activity; a retry resumes at chunk index `done`."""
 
-    next_index: int = Field(ge=0)
-    total: int = Field(ge=0)
     embedded: int = Field(default=0, ge=0)
     reused: int = Field(default=0, ge=0)
 
@@ -74,12 +76,6 @@ class DeleteDocumentRequest(BaseModel):
     document_id: str
 
 
-class ImportProgress(BaseModel):
-    stage: str
-    total_chunks: int | None = None
-    processed_chunks: int = 0
-
-
 class DocumentImportResult(BaseModel):
     document_id: str
     format: str
@@ -89,3 +85,14 @@ class DocumentImportResult(BaseModel):
     stale_removed: int
     pages: int | None = None
     title: str | None = None
+
+
+PARSE_DOCUMENT: ActivityRef[ParseRequest, ParseResult] = ActivityRef(
+    "parse_document", ParseRequest, ParseResult
+)
+EMBED_AND_UPSERT: ActivityRef[EmbedRequest, EmbedResult] = ActivityRef(
+    "embed_and_upsert", EmbedRequest, EmbedResult
+)
+DELETE_DOCUMENT_POINTS: ActivityRef[DeleteDocumentRequest, int] = ActivityRef(
+    "delete_document_points", DeleteDocumentRequest, int
+)

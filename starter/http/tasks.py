@@ -1,4 +1,4 @@
-"""Jobs (status, cancel, live status), generic task submission, and the domain event feed."""
+"""Tasks (submission, status, cancel, live status) and the domain event feed."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from knowledgeops.events import StoredEvent
+from knowledgeops.contracts.events import StoredEvent
 from knowledgeops.task_types import TaskType
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
 from starter.http.sse import KEEPALIVE_SECONDS, SSE_HEADERS, sse
-from starter.service import JobStatus
+from starter.service import TaskStatus
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 POLL_SECONDS = 0.5
 
 
-@router.get("/jobs/{job_id}", response_model=JobStatus)
-async def job_status(rt: RuntimeDep, job_id: str) -> JobStatus:
-    return await rt.service.get_status(job_id)
+@router.get("/tasks/{task_id}", response_model=TaskStatus)
+async def task_status(rt: RuntimeDep, task_id: str) -> TaskStatus:
+    return await rt.service.get_status(task_id)
 
 
 class CancelRequest(BaseModel):
@@ -32,22 +32,22 @@ class CancelRequest(BaseModel):
 
 
 class CancelAccepted(BaseModel):
-    job_id: str
+    task_id: str
     status: str = "cancelling"
 
 
-@router.post("/jobs/{job_id}/cancel", status_code=202, response_model=CancelAccepted)
-async def cancel_job(
-    rt: RuntimeDep, job_id: str, body: CancelRequest | None = None
+@router.post("/tasks/{task_id}/cancel", status_code=202, response_model=CancelAccepted)
+async def cancel_task(
+    rt: RuntimeDep, task_id: str, body: CancelRequest | None = None
 ) -> CancelAccepted:
-    await rt.service.cancel(job_id, reason=body.reason if body else "", actor="api")
-    return CancelAccepted(job_id=job_id)
+    await rt.service.cancel(task_id, reason=body.reason if body else "", actor="api")
+    return CancelAccepted(task_id=task_id)
 
 
-@router.get("/jobs/{job_id}/events")
-async def job_status_stream(rt: RuntimeDep, job_id: str, request: Request) -> StreamingResponse:
-    """Live status and progress as Server-Sent Events (`event: status`) until the job ends."""
-    first = await rt.service.get_status(job_id)  # 404 before the stream starts
+@router.get("/tasks/{task_id}/events")
+async def task_status_stream(rt: RuntimeDep, task_id: str, request: Request) -> StreamingResponse:
+    """Live status and progress as Server-Sent Events (`event: status`) until the task ends."""
+    first = await rt.service.get_status(task_id)  # 404 before the stream starts
 
     async def stream() -> AsyncIterator[str]:
         last: Any = None
@@ -64,7 +64,7 @@ async def job_status_stream(rt: RuntimeDep, job_id: str, request: Request) -> St
             if st.finished or await request.is_disconnected():
                 return
             await asyncio.sleep(POLL_SECONDS)
-            st = await rt.service.get_status(job_id)
+            st = await rt.service.get_status(task_id)
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
@@ -76,7 +76,7 @@ class TaskRequest(BaseModel):
 
 
 class TaskAccepted(BaseModel):
-    job_id: str
+    task_id: str
     task_type: TaskType
     status: str = "pending"
     status_url: str
@@ -95,7 +95,7 @@ async def submit_task(rt: RuntimeDep, body: TaskRequest) -> TaskAccepted:
         task_type, body.payload, idempotency_key=body.idempotency_key, requested_by="api"
     )
     return TaskAccepted(
-        job_id=ref.job_id, task_type=ref.task_type, status_url=f"/v1/jobs/{ref.job_id}"
+        task_id=ref.task_id, task_type=ref.task_type, status_url=f"/v1/tasks/{ref.task_id}"
     )
 
 
@@ -112,7 +112,7 @@ async def events(
     task_id: str | None = None,
 ) -> EventPage:
     """Domain events in order. Resume with `after=next_cursor`; dedupe by `event_id`."""
-    found = await rt.db.events_after(after, limit, task_id)
+    found = await rt.db.events.after(after, limit, task_id)
     return EventPage(events=found, next_cursor=found[-1].seq if found else after)
 
 
@@ -131,7 +131,7 @@ async def events_stream(
         nonlocal cursor
         beat = time.monotonic()
         while not await request.is_disconnected():
-            batch = await rt.db.events_after(cursor, 200, task_id)
+            batch = await rt.db.events.after(cursor, 200, task_id)
             for ev in batch:
                 yield sse(ev.model_dump(mode="json"), event=ev.event_type.value, id=ev.seq)
                 cursor = ev.seq

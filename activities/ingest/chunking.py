@@ -9,10 +9,11 @@ from pathlib import Path
 
 from semantic_text_splitter import MarkdownSplitter, TextSplitter
 
-from activities.chunk_store import ChunkWriter
-from activities.errors import DocumentError
-from activities.parsing import Section, detect_format, parse
-from knowledgeops.models import ChunkingOptions, ParseResult
+from activities.ingest.parsing import Section, parse
+from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
+from knowledgeops.errors import DocumentError
+from knowledgeops.formats import detect_format
+from knowledgeops.stores.chunk_store import ChunkWriter
 
 # Token counts follow OpenAI's cl100k vocabulary; the splitter ships it, so no download.
 TOKENIZER_MODEL = "gpt-3.5-turbo"

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from knowledgeops.contracts.base import ActivityRef
+
 # Memo key a manual retry sets on the new run: the run id it retries.
 RETRY_OF_MEMO = "retry_of"
 
@@ -40,3 +42,9 @@ class StoredEvent(TaskEvent):
     """An event as consumers read it; `seq` is the cursor (`after=`)."""
 
     seq: int
+
+
+# Every workflow records its events through this (local) activity; see workflows/base.py.
+RECORD_TASK_EVENTS: ActivityRef[list[TaskEvent], int] = ActivityRef(
+    "record_task_events", list[TaskEvent], int
+)

@@ -1,18 +1,46 @@
-"""Keep an activity's heartbeat going while it waits on slow work.
+"""What every activity class uses: a heartbeat that keeps going while work is slow, resuming
+from the last heartbeat's checkpoint, and bad input as a non-retryable failure.
 
 Heartbeats are sent from a side task every `interval`, always carrying the latest checkpoint,
 so a long embedding request, a Retry-After wait or a parser subprocess never trips the
 heartbeat timeout, while a dead worker still does. The worker throttles what reaches the
-server (see worker.HEARTBEAT_THROTTLE).
+server (see worker.HEARTBEAT_THROTTLE). Long-running activities heartbeat; the heartbeat is
+also how cancellation arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from knowledgeops.contracts.base import Checkpoint
+
+C = TypeVar("C", bound=Checkpoint)
+
+
+def bad_input(kind: str, message: str) -> ApplicationError:
+    """A failure no retry can fix: the task fails at once, with `kind: message` as its error."""
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+def resume_from(fresh: C, valid: Callable[[C], bool] = lambda _: True) -> C:
+    """The checkpoint of the previous attempt's last heartbeat, or `fresh`. Heartbeat details
+    come back as plain dicts: validated before they are trusted."""
+    details = activity.info().heartbeat_details
+    if not details:
+        return fresh
+    try:
+        checkpoint = type(fresh).model_validate(details[0])
+    except ValidationError as e:
+        activity.logger.warning("ignoring invalid checkpoint, starting over: %s", e)
+        return fresh
+    return checkpoint if valid(checkpoint) else fresh
 
 
 class Heartbeater:

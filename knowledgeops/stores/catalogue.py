@@ -1,0 +1,132 @@
+"""The document catalogue: DOCUMENT_IMPORT's projection of its domain events.
+
+The first event of an import run lists (or re-lists) the document; later events of that run
+move its status (importing / ready / failed / cancelled). Only a started workflow can list a
+document, so the catalogue never shows one with no import behind it, and an upload answers
+without a database write.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import JSON, DateTime, Integer, String, Text, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Mapped, mapped_column
+
+from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.stores.sql import Base, now
+
+if TYPE_CHECKING:
+    from knowledgeops.stores.database import Database
+
+
+class DocumentRow(Base):
+    __tablename__ = "documents"
+    document_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    title: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    filename: Mapped[str] = mapped_column(String(500), default="")
+    file_id: Mapped[str] = mapped_column(String(100))
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # Projection of the last import's domain events: importing / ready / failed / cancelled.
+    status: Mapped[str] = mapped_column(String(20), default="importing")
+    indexed_chunks: Mapped[int] = mapped_column(Integer, default=0)
+    last_task_id: Mapped[str] = mapped_column(String(300))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+_LISTING_EVENTS = (EventType.TASK_ENQUEUED, EventType.TASK_RETRIED)
+_DOC_STATUS = {
+    EventType.TASK_ENQUEUED: "importing",
+    EventType.TASK_RETRIED: "importing",
+    EventType.TASK_STARTED: "importing",
+    EventType.TASK_COMPLETED: "ready",
+    EventType.TASK_FAILED: "failed",
+    EventType.TASK_CANCELLED: "cancelled",
+}
+
+
+class DocumentCatalogue:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def project(self, s: AsyncSession, ev: TaskEvent) -> None:
+        if "document_id" not in ev.data:
+            return
+        if ev.event_type in _LISTING_EVENTS and "file_id" in ev.data:
+            await self._list(s, ev)
+            return
+        row = await s.get(DocumentRow, ev.data["document_id"])
+        if row is None or row.last_task_id != ev.task_id:
+            return
+        row.status = _DOC_STATUS[ev.event_type]
+        row.updated_at = now()
+        if ev.event_type == EventType.TASK_COMPLETED:
+            row.indexed_chunks = int(ev.data.get("total_chunks", 0))
+            row.error = None
+            row.title = row.title or ev.data.get("title")
+        elif ev.event_type in (EventType.TASK_FAILED, EventType.TASK_CANCELLED):
+            row.error = ev.error
+            if ev.data.get("index_cleared"):
+                row.indexed_chunks = 0
+
+    async def _list(self, s: AsyncSession, ev: TaskEvent) -> None:
+        d = ev.data
+        at = now()
+        values = {
+            "title": d.get("title"),
+            "filename": d.get("filename", ""),
+            "file_id": d["file_id"],
+            "tags": list(d.get("tags") or []),
+            "owner": d.get("owner"),
+            "status": _DOC_STATUS[ev.event_type],
+            "last_task_id": ev.task_id,
+            "error": None,
+            "updated_at": at,
+        }
+        stmt = self.db.insert(DocumentRow).values(
+            document_id=d["document_id"], created_at=at, indexed_chunks=0, **values
+        )
+        if values["title"] is None:
+            del values["title"]  # keep a known title unless a new one is given
+        await s.execute(stmt.on_conflict_do_update(index_elements=["document_id"], set_=values))
+
+    async def get(self, document_id: str) -> DocumentRow | None:
+        async with self.db.sessions() as s:
+            return await s.get(DocumentRow, document_id)
+
+    async def by_id(self, ids: set[str]) -> dict[str, DocumentRow]:
+        q = select(DocumentRow).where(DocumentRow.document_id.in_(sorted(ids)))
+        async with self.db.sessions() as s:
+            return {r.document_id: r for r in (await s.execute(q)).scalars()}
+
+    async def list(
+        self, *, limit: int = 50, offset: int = 0, owner: str | None = None
+    ) -> tuple[list[DocumentRow], int]:
+        q = select(DocumentRow)
+        count_q = select(func.count()).select_from(DocumentRow)
+        if owner:
+            q = q.where(DocumentRow.owner == owner)
+            count_q = count_q.where(DocumentRow.owner == owner)
+        q = q.order_by(DocumentRow.updated_at.desc()).limit(limit).offset(offset)
+        async with self.db.sessions() as s:
+            rows = list((await s.execute(q)).scalars())
+            total = int((await s.execute(count_q)).scalar_one())
+        return rows, total
+
+    async def delete(self, document_id: str) -> bool:
+        async with self.db.write() as s:
+            row = await s.get(DocumentRow, document_id)
+            if row is None:
+                return False
+            await s.delete(row)
+            return True
+
+    async def file_in_use(self, file_id: str) -> bool:
+        q = select(func.count()).select_from(DocumentRow).where(DocumentRow.file_id == file_id)
+        async with self.db.sessions() as s:
+            return int((await s.execute(q)).scalar_one()) > 0

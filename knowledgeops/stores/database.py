@@ -1,0 +1,110 @@
+"""The application database: engine, sessions, migrations, and the stores built on it.
+
+SQLAlchemy 2 (async). SQLite file under the data directory by default, PostgreSQL through
+DATABASE_URL. The schema is owned by Alembic migrations (migrations/), applied at start-up.
+Task state is *not* kept here: Temporal is its source of truth. Each concern has its module:
+events (with the per-type projections the registry names), audit, webhook cursors; read models
+such as the document catalogue are built on `Database` by whoever reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from knowledgeops.settings import Settings
+from knowledgeops.stores.audit import AuditLog
+from knowledgeops.stores.events import EventStore
+from knowledgeops.stores.sql import Base
+from knowledgeops.stores.webhook_cursors import WebhookCursors
+
+__all__ = ["Base", "Database", "migrate_to_head"]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL: readers never block the writer, and a commit is one append instead of a journal
+    # rewrite (several times the commit rate). NORMAL sync is crash-safe in WAL mode.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+class Database:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.sessions = async_sessionmaker(engine, expire_on_commit=False)
+        # SQLite has one writer at a time, and a writer that finds the file locked backs off
+        # in sleeps of up to 100 ms, far longer than our writes take. Writers of this process
+        # (many imports recording events at once, audit records) take turns here instead;
+        # writers in other processes still meet the back-off.
+        self._write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        self.events = EventStore(self)
+        self.audit = AuditLog(self)
+        self.webhook_cursors = WebhookCursors(self)
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A write transaction (committed on exit)."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self._write_lock is not None:
+                await stack.enter_async_context(self._write_lock)
+            yield await stack.enter_async_context(self.sessions.begin())
+
+    @classmethod
+    async def open(cls, settings: Settings, *, migrate: bool = True) -> Database:
+        url = settings.resolved_database_url
+        if url.startswith("sqlite"):
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            # Several processes (API, workers) share the file: wait for locks, don't fail.
+            engine = create_async_engine(url, connect_args={"timeout": 30})
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        else:
+            engine = create_async_engine(url, pool_pre_ping=True)
+        if migrate:
+            await migrate_to_head(url)
+        return cls(engine)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @property
+    def insert(self) -> Any:
+        """The dialect's INSERT (both have ON CONFLICT)."""
+        return postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
+
+
+_MIGRATION_LOCK = asyncio.Lock()
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+async def migrate_to_head(url: str) -> None:
+    """Apply Alembic migrations (in a thread: Alembic's env runs its own event loop)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url)
+    async with _MIGRATION_LOCK:
+        for attempt in range(3):
+            try:
+                await asyncio.to_thread(command.upgrade, cfg, "head")
+                return
+            except Exception:
+                # Another process may be migrating the same database right now.
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(1.0)

@@ -1,0 +1,109 @@
+"""Domain events: stored once per event id, read in `seq` order, projected into read models.
+
+Which projection a task type's events feed is declared in the registry (`projection`), so a
+new type adds its read model without editing this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import JSON, DateTime, Integer, String, Text, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Mapped, mapped_column
+
+from knowledgeops.contracts.events import EventType, StoredEvent, TaskEvent
+from knowledgeops.stores.sql import Base, aware
+from knowledgeops.task_types import REGISTRY, load
+
+if TYPE_CHECKING:
+    from knowledgeops.stores.database import Database
+
+
+class EventRow(Base):
+    __tablename__ = "task_events"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(400), unique=True)
+    event_type: Mapped[str] = mapped_column(String(40))
+    task_id: Mapped[str] = mapped_column(String(300), index=True)
+    run_id: Mapped[str] = mapped_column(String(100))
+    task_type: Mapped[str] = mapped_column(String(60))
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Projection(Protocol):
+    """A read model fed by one task type's events, inside the transaction that stores them."""
+
+    async def project(self, s: AsyncSession, ev: TaskEvent) -> None: ...
+
+
+class EventStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._projections: dict[str, Projection] = {
+            spec.task_type.value: load(spec.projection)(db)
+            for spec in REGISTRY.values()
+            if spec.projection
+        }
+
+    async def record(self, events: Sequence[TaskEvent]) -> int:
+        """Store events once per event id (a retried activity re-sends them); returns how
+        many were new. Each new event is projected in the same transaction."""
+        new = 0
+        async with self.db.write() as s:
+            if self.db.engine.dialect.name == "postgresql":
+                # Serialise writers so seq order equals commit order: a reader that has seen
+                # seq N can never later find an event with a smaller seq appear.
+                await s.execute(text("SELECT pg_advisory_xact_lock(727001)"))
+            for ev in events:
+                stmt = (
+                    self.db.insert(EventRow)
+                    .values(
+                        event_id=ev.event_id,
+                        event_type=ev.event_type.value,
+                        task_id=ev.task_id,
+                        run_id=ev.run_id,
+                        task_type=ev.task_type,
+                        attempt=ev.attempt,
+                        at=ev.at,
+                        error=ev.error,
+                        data=ev.data,
+                    )
+                    .on_conflict_do_nothing(index_elements=["event_id"])
+                )
+                result: Any = await s.execute(stmt)
+                if result.rowcount:
+                    new += 1
+                    projection = self._projections.get(ev.task_type)
+                    if projection is not None:
+                        await projection.project(s, ev)
+        return new
+
+    async def after(
+        self, after: int = 0, limit: int = 100, task_id: str | None = None
+    ) -> list[StoredEvent]:
+        q = select(EventRow).where(EventRow.seq > after).order_by(EventRow.seq).limit(limit)
+        if task_id:
+            q = q.where(EventRow.task_id == task_id)
+        async with self.db.sessions() as s:
+            rows = (await s.execute(q)).scalars().all()
+        return [
+            StoredEvent(
+                seq=r.seq,
+                event_id=r.event_id,
+                event_type=EventType(r.event_type),
+                task_id=r.task_id,
+                run_id=r.run_id,
+                task_type=r.task_type,
+                attempt=r.attempt,
+                at=aware(r.at),
+                error=r.error,
+                data=r.data or {},
+            )
+            for r in rows
+        ]

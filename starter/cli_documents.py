@@ -1,0 +1,169 @@
+"""`knowledgeops import | documents list|show|delete | search`: the document service from the
+command line.
+
+With the embedded index (no QDRANT_URL) only one process can open it: the running worker. So
+what needs the index (search, show, delete) goes through that process's HTTP API when one
+answers, and opens the index here only when nobody holds it. With QDRANT_URL, always here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from knowledgeops.contracts.document_import import DocumentMetadata
+from knowledgeops.settings import Settings
+from starter.cli import actor, follow_and_report, print_status, task_service
+from starter.documents import Deleted, DocumentDetail, DocumentService
+from starter.search import SearchHit
+
+_NOBODY = object()  # no process serves the API: open the index here
+
+
+async def command(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "search":
+        return await _search(args, settings)
+    if args.command == "import":
+        return await _import(args, settings)
+    return await _documents(args, settings)
+
+
+@asynccontextmanager
+async def _document_service(settings: Settings, *, with_index: bool) -> AsyncIterator[Any]:
+    from knowledgeops.stores.vector_store import VectorStore
+
+    store = VectorStore.open(settings) if with_index else None
+    try:
+        async with task_service(settings) as service:
+            yield DocumentService(service, service.db, settings, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+async def _via_api(settings: Settings, method: str, path: str, **params: Any) -> Any:
+    """The answer of the process that owns the embedded index, or _NOBODY."""
+    if settings.qdrant_url:
+        return _NOBODY
+    query = {k: v for k, v in params.items() if v is not None}
+    try:
+        async with httpx.AsyncClient(timeout=180) as http:
+            r = await http.request(method, f"{settings.resolved_api_url}{path}", params=query)
+    except httpx.ConnectError:
+        return _NOBODY
+    if r.status_code >= 400:
+        try:
+            message = r.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = r.text
+        raise RuntimeError(f"{message} (HTTP {r.status_code})")
+    return r.json()
+
+
+async def _import(args: argparse.Namespace, settings: Settings) -> int:
+    missing = [str(p) for p in args.paths if not p.is_file()]
+    if missing:
+        print(f"error: not a file: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    if args.document_id and len(args.paths) > 1:
+        print("error: --document-id needs exactly one file", file=sys.stderr)
+        return 1
+    meta = DocumentMetadata(
+        title=args.title,
+        tags=[t.strip() for t in args.tags.split(",") if t.strip()],
+        owner=args.owner,
+    )
+    async with _document_service(settings, with_index=False) as documents:
+        refs = []
+        for path in args.paths:
+            ref = await documents.import_file(path, document_id=args.document_id, metadata=meta)
+            refs.append((path, ref))
+            if not args.json:
+                print(f"{ref.task_id}  {path}")
+        if not args.follow:
+            if args.json:
+                print(json.dumps([r.model_dump(mode="json") for _, r in refs], indent=2))
+            return 0
+        tasks = [(str(p), r.task_id) for p, r in refs]
+        return await follow_and_report(documents.tasks, tasks, quiet=args.json)
+
+
+async def _documents(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "list":
+        async with _document_service(settings, with_index=False) as documents:
+            page = await documents.list(limit=args.limit, owner=args.owner)
+        if args.json:
+            print(page.model_dump_json(indent=2))
+            return 0
+        for d in page.items:
+            name = d.title or d.filename
+            print(f"{d.document_id}  {d.status:<9} {d.indexed_chunks:>6} chunks  {name}")
+        print(f"{len(page.items)} of {page.total} documents")
+        return 0
+    path = f"/v1/documents/{args.document_id}"
+    if args.action == "show":
+        raw = await _via_api(settings, "GET", path)
+        if raw is _NOBODY:
+            async with _document_service(settings, with_index=True) as documents:
+                detail = await documents.get(args.document_id)
+        else:
+            detail = DocumentDetail.model_validate(raw)
+        if args.json:
+            print(detail.model_dump_json(indent=2))
+            return 0
+        print(f"document: {detail.document_id}  {detail.title or detail.filename}")
+        print(
+            f"catalogue: {detail.status}, {detail.indexed_chunks} chunks indexed, "
+            f"{detail.points_in_index} points in the index"
+        )
+        if detail.task is not None:
+            print_status(detail.task)
+        return 0
+    reason = args.reason
+    raw = await _via_api(settings, "DELETE", path, reason=reason, actor=actor())
+    if raw is _NOBODY:
+        async with _document_service(settings, with_index=True) as documents:
+            deleted = await documents.delete(args.document_id, reason=reason, actor=actor())
+    else:
+        deleted = Deleted.model_validate(raw)
+    print(
+        f"deleted {deleted.document_id}: {deleted.points_removed} points removed"
+        + (", its import was cancelled" if deleted.import_cancelled else "")
+    )
+    return 0
+
+
+async def _search(args: argparse.Namespace, settings: Settings) -> int:
+    raw = await _via_api(
+        settings, "GET", "/v1/search", q=args.query, k=args.k, document_id=args.document_id
+    )
+    if raw is _NOBODY:
+        raw = await _search_here(args, settings)
+    hits = [SearchHit.model_validate(h) for h in raw]
+    if args.json:
+        print(json.dumps([h.model_dump() for h in hits], ensure_ascii=False, indent=2))
+        return 0
+    if not hits:
+        print("no results")
+    for n, h in enumerate(hits, 1):
+        where = ", ".join(x for x in (f"page {h.page}" if h.page else "", h.heading or "") if x)
+        name = h.title or h.filename or h.document_id
+        print(f"{n}. [{h.score:.3f}] {name}{f' ({where})' if where else ''}  <{h.document_id}>")
+        snippet = " ".join(h.text.split())
+        print(f"   {snippet[:300]}{'...' if len(snippet) > 300 else ''}")
+    return 0
+
+
+async def _search_here(args: argparse.Namespace, settings: Settings) -> list[Any]:
+    from knowledgeops.resources import open_resources
+    from starter.search import search
+
+    async with open_resources(settings, warm_up=False) as r:
+        found = await search(r.store, r.embedder, args.query, args.k, args.document_id, r.db)
+        return [h.model_dump() for h in found]

@@ -1,0 +1,277 @@
+"""The document lifecycle, one owner for the HTTP API and the CLI: store and import (or
+re-import) a file, list and show documents, delete one (cancel-wait, index, chunks, catalogue,
+stored file, audit)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from knowledgeops.contracts.document_import import DocumentImportPayload, DocumentMetadata
+from knowledgeops.embedding import model_id_for
+from knowledgeops.errors import DocumentError
+from knowledgeops.formats import detect_format
+from knowledgeops.settings import Settings
+from knowledgeops.stores import file_store
+from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
+from knowledgeops.stores.chunk_store import delete_chunks
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.vector_store import VectorStore
+from knowledgeops.task_types import TaskType
+from starter.service import TaskNotFoundError, TaskQueueService, TaskStatus
+
+# How long a delete waits for the document's import to stop (cancel + index clean-up).
+CANCEL_WAIT_SECONDS = 120.0
+
+
+class ImportRef(BaseModel):
+    task_id: str
+    run_id: str | None
+    document_id: str
+
+
+class Document(BaseModel):
+    document_id: str
+    title: str | None
+    filename: str
+    tags: list[str]
+    owner: str | None
+    status: str
+    indexed_chunks: int
+    last_task_id: str
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class DocumentDetail(Document):
+    task: TaskStatus | None
+    points_in_index: int
+
+
+class DocumentPage(BaseModel):
+    items: list[Document]
+    total: int
+
+
+class Deleted(BaseModel):
+    document_id: str
+    points_removed: int
+    import_cancelled: bool
+
+
+class DocumentNotFoundError(LookupError):
+    pass
+
+
+class CancelPendingError(RuntimeError):
+    """The document's import was asked to stop but has not stopped yet (503 at the API)."""
+
+
+def derive_document_id(file_id: str) -> str:
+    # Same bytes -> same document: re-importing a file updates it instead of adding a copy.
+    return "doc-" + file_id[:32]
+
+
+def import_task_name(document_id: str) -> str:
+    """The one task id of a document's imports (before the deployment prefix): it serialises
+    imports of the document."""
+    return f"import-{document_id}"
+
+
+class DocumentService:
+    def __init__(
+        self,
+        tasks: TaskQueueService,
+        db: Database,
+        settings: Settings,
+        store: VectorStore | None = None,
+    ) -> None:
+        self.tasks = tasks
+        self.catalogue = DocumentCatalogue(db)
+        self.settings = settings
+        # The index is needed to count and delete points; listing works without it.
+        self.store = store
+        self.collection = VectorStore.collection_name(model_id_for(settings))
+
+    def import_task_id(self, document_id: str) -> str:
+        return self.settings.task_id(import_task_name(document_id))
+
+    # -- import ---------------------------------------------------------------------------
+
+    async def store_upload(self, blocks: Iterable[bytes], filename: str, limit: int) -> str:
+        """Stream an upload into storage and sniff it; a file that is no document is removed
+        again (unless another document has the same bytes) and raises DocumentError."""
+        s = self.settings
+        file_id = await asyncio.to_thread(
+            file_store.store_blocks, s.files_dir, blocks, filename, limit
+        )
+        path = file_store.path_for(s.files_dir, file_id)
+        try:
+            await asyncio.to_thread(detect_format, path, filename)
+        except DocumentError:
+            if not await self.catalogue.file_in_use(file_id):
+                path.unlink(missing_ok=True)
+            raise
+        return file_id
+
+    async def import_file(
+        self,
+        path: Path,
+        *,
+        document_id: str | None = None,
+        metadata: DocumentMetadata | None = None,
+    ) -> ImportRef:
+        """Store a local file (streamed, hashed) and start its DOCUMENT_IMPORT."""
+        file_id = await asyncio.to_thread(
+            file_store.store_path, self.settings.files_dir, path, self.settings.max_file_bytes
+        )
+        return await self.import_stored(
+            file_id, filename=path.name, document_id=document_id, metadata=metadata
+        )
+
+    async def import_stored(
+        self,
+        file_id: str,
+        *,
+        filename: str,
+        document_id: str | None = None,
+        metadata: DocumentMetadata | None = None,
+        idempotency_key: str | None = None,
+        requested_by: str | None = None,
+    ) -> ImportRef:
+        doc_id = document_id or derive_document_id(file_id)
+        payload = DocumentImportPayload(
+            file_id=file_id,
+            document_id=doc_id,
+            filename=filename,
+            metadata=metadata or DocumentMetadata(),
+            chunking={
+                "chunk_tokens": self.settings.chunk_tokens,
+                "overlap_tokens": self.settings.chunk_overlap,
+            },
+            embed_batch_size=self.settings.embedding_batch_size,
+        )
+        ref = await self.tasks.enqueue(
+            TaskType.DOCUMENT_IMPORT,
+            payload,
+            task_id=import_task_name(doc_id),
+            idempotency_key=idempotency_key,
+            requested_by=requested_by,
+        )
+        return ImportRef(task_id=ref.task_id, run_id=ref.run_id, document_id=doc_id)
+
+    # -- read -----------------------------------------------------------------------------
+
+    async def list(
+        self, *, limit: int = 50, offset: int = 0, owner: str | None = None
+    ) -> DocumentPage:
+        rows, total = await self.catalogue.list(limit=limit, offset=offset, owner=owner)
+        return DocumentPage(items=[_document(r) for r in rows], total=total)
+
+    async def get(self, document_id: str) -> DocumentDetail:
+        row = await self.catalogue.get(document_id)
+        if row is None:
+            return await self._awaiting_import(document_id)
+        task = await self.tasks.get_status(row.last_task_id)
+        return DocumentDetail(
+            **_document(row).model_dump(), task=task, points_in_index=await self._points(row)
+        )
+
+    async def _points(self, row: DocumentRow) -> int:
+        if self.store is None:
+            return row.indexed_chunks  # the catalogue's figure when the index is not open here
+        return await self.store.count(self.collection, row.document_id)
+
+    async def _queued_input(self, task_id: str) -> DocumentImportPayload:
+        raw, _ = await self.tasks.task_input(task_id)
+        return DocumentImportPayload.model_validate(raw)
+
+    async def _awaiting_import(self, document_id: str) -> DocumentDetail:
+        """A document is listed when its import starts running; until a worker picks the
+        import up, the task's own input describes it (status `queued`)."""
+        task_id = self.import_task_id(document_id)
+        missing = DocumentNotFoundError(f"No document with id {document_id!r}")
+        try:
+            task = await self.tasks.get_status(task_id)
+            if task.finished:
+                raise missing  # deleted, or ended before it was ever listed
+            payload = await self._queued_input(task_id)
+        except TaskNotFoundError:
+            raise missing from None
+        since = task.started_at or datetime.now(UTC)
+        return DocumentDetail(
+            document_id=document_id,
+            title=payload.metadata.title,
+            filename=payload.filename,
+            tags=payload.metadata.tags,
+            owner=payload.metadata.owner,
+            status="queued",
+            indexed_chunks=0,
+            last_task_id=task_id,
+            error=None,
+            created_at=since,
+            updated_at=since,
+            task=task,
+            points_in_index=0,
+        )
+
+    # -- delete ---------------------------------------------------------------------------
+
+    async def delete(self, document_id: str, *, reason: str = "", actor: str) -> Deleted:
+        """Remove a document: cancel its running import first, then its vectors, chunks and
+        stored file (unless another document has the same bytes). Audited."""
+        if self.store is None:
+            raise RuntimeError("deleting a document needs the vector index open")
+        row = await self.catalogue.get(document_id)
+        # Not listed yet: its import may still be waiting for a worker (see _awaiting_import).
+        task_id = row.last_task_id if row else self.import_task_id(document_id)
+        try:
+            task = await self.tasks.get_status(task_id)
+        except TaskNotFoundError:
+            if row is None:
+                raise DocumentNotFoundError(f"No document with id {document_id!r}") from None
+            task = None
+
+        async def audit(outcome: str, **details: Any) -> None:
+            await self.tasks.audit(
+                actor,
+                "document_delete",
+                [task_id],
+                reason,
+                outcome,
+                {"document_id": document_id, **details},
+            )
+
+        cancelled = False
+        if task is not None and not task.finished:
+            await self.tasks.cancel(task_id, reason=f"document delete: {reason}", actor=actor)
+            try:
+                await self.tasks.wait(task_id, timeout=CANCEL_WAIT_SECONDS)
+            except TimeoutError:
+                # The cancel stays requested; only a worker can carry it out (and clean up).
+                await audit("refused", error="import has not stopped yet")
+                raise CancelPendingError(
+                    f"The import of {document_id!r} was asked to stop but has not stopped "
+                    f"within {CANCEL_WAIT_SECONDS} s: is a worker running? Nothing was deleted; "
+                    f"delete again once task {task_id} shows it cancelled."
+                ) from None
+            cancelled = True
+            row = row or await self.catalogue.get(document_id)
+        removed = await self.store.delete_document(self.collection, document_id)
+        await asyncio.to_thread(delete_chunks, self.settings.chunks_dir, document_id)
+        await self.catalogue.delete(document_id)
+        file_id = row.file_id if row else (await self._queued_input(task_id)).file_id
+        if not await self.catalogue.file_in_use(file_id):
+            file_store.path_for(self.settings.files_dir, file_id).unlink(missing_ok=True)
+        await audit("deleted", points_removed=removed)
+        return Deleted(document_id=document_id, points_removed=removed, import_cancelled=cancelled)
+
+
+def _document(row: DocumentRow) -> Document:
+    return Document.model_validate(row, from_attributes=True)

@@ -1,0 +1,50 @@
+"""Serving the HTTP API (and webhook delivery) inside a process that holds the resources:
+the worker process with the embedded index, or `knowledgeops api`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from temporalio.client import Client
+
+from knowledgeops.resources import Resources
+from starter.http.app import create_app
+from starter.http.runtime import Runtime
+from starter.webhooks import WebhookDispatcher
+
+
+class _QuietSignalsServer(uvicorn.Server):
+    # The process owns SIGINT/SIGTERM and stops uvicorn itself.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ApiServer:
+    def __init__(self, client: Client, resources: Resources, stop: asyncio.Event) -> None:
+        self.settings = resources.settings
+        self.runtime = Runtime.build(client, resources)
+        self.stop_event = stop
+        self._server = _QuietSignalsServer(
+            uvicorn.Config(
+                create_app(self.runtime),
+                host=self.settings.api_host,
+                port=self.settings.api_port,
+                log_level="warning",
+            )
+        )
+
+    def start(self) -> list[asyncio.Task[Any]]:
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self._server.serve())]
+        urls = [u.strip() for u in self.settings.webhook_urls.split(",") if u.strip()]
+        if urls:
+            dispatcher = WebhookDispatcher(self.runtime.db, urls, self.settings.webhook_secret)
+            tasks.append(asyncio.create_task(dispatcher.run(self.stop_event)))
+        return tasks
+
+    def stop(self) -> None:
+        self._server.should_exit = True

@@ -1,0 +1,218 @@
+"""Launching the system's processes: `dev` (Temporal dev server + worker process, which also
+serves the API), `server` (only Temporal), `api` (only the HTTP API), and the plumbing every
+long-running process shares (logging, signals, stopping when a component dies).
+
+`dev` runs the worker as a child process (`python -m worker`), so nothing here imports the
+worker: the launcher supervises its children and stops them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from knowledgeops.resources import open_resources
+from knowledgeops.settings import Settings
+from knowledgeops.temporal import connect, ensure_search_attributes
+from starter.dev_server import TemporalDevServer, detach_child
+from starter.http.serve import ApiServer
+
+log = logging.getLogger("knowledgeops")
+# How long `dev` waits for its worker process to load the model and serve the API.
+WORKER_READY_SECONDS = 180.0
+
+
+def configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("httpx", "temporalio.activity", "temporalio.workflow"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def until_signal(body: Callable[[asyncio.Event], Awaitable[None]]) -> int:
+    """Run `body(stop)` in a fresh event loop; SIGINT / SIGTERM set `stop`."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await body(stop)
+
+    asyncio.run(main())
+    return 0
+
+
+async def run_until_stopped(tasks: Sequence[asyncio.Task[Any]], stop: asyncio.Event) -> None:
+    """Wait for `stop`; a component that ends first stops the process with its error."""
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.set()
+        waiter.cancel()
+    for t in done:
+        if t is not waiter and t.exception() is not None:
+            raise RuntimeError(f"a component stopped unexpectedly: {t.exception()}")
+
+
+async def serve_api_only(
+    settings: Settings, stop: asyncio.Event, on_ready: Callable[[], None] | None = None
+) -> None:
+    """The HTTP API with no workers (with the embedded index it needs the folder free)."""
+    client = await connect(settings)
+    await ensure_search_attributes(client, settings.temporal_namespace)
+    async with open_resources(settings) as resources:
+        api = ApiServer(client, resources, stop)
+        tasks = api.start()
+        if on_ready:
+            on_ready()
+        try:
+            await run_until_stopped(tasks, stop)
+        finally:
+            api.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def worker_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "worker", *args]
+
+
+def run_worker(settings: Settings, *args: str) -> int:
+    """`knowledgeops worker`: the worker process in the foreground."""
+    return subprocess.call(worker_command(*args), env=_child_env(settings))
+
+
+def _child_env(settings: Settings) -> dict[str, str]:
+    return dict(os.environ) | settings.to_env()
+
+
+def dev_server_for(settings: Settings) -> TemporalDevServer:
+    host, _, port = settings.temporal_address.rpartition(":")
+    return TemporalDevServer(
+        host=host or "localhost",
+        port=int(port),
+        db_file=settings.temporal_db,
+        log_file=Path(settings.data_dir) / "logs" / "temporal.log",
+    )
+
+
+async def _wait_for_api(settings: Settings, worker: subprocess.Popen[bytes]) -> None:
+    url = f"{settings.resolved_api_url}/healthz"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WORKER_READY_SECONDS
+    async with httpx.AsyncClient(timeout=2) as http:
+        while loop.time() < deadline:
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker process exited with code {worker.returncode}")
+            try:
+                if (await http.get(url)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass  # not listening yet
+            await asyncio.sleep(0.3)
+    raise TimeoutError(f"the worker did not serve {url} within {WORKER_READY_SECONDS:.0f} s")
+
+
+async def _supervise(
+    server: TemporalDevServer, worker: subprocess.Popen[bytes], stop: asyncio.Event
+) -> int:
+    """Until `stop`: a child that dies ends `dev` with a message and a non-zero exit."""
+    while not stop.is_set():
+        if worker.poll() is not None:
+            print(f"error: the worker process exited (code {worker.returncode})", flush=True)
+            return 1
+        if not server.running:
+            print(f"error: the Temporal dev server exited; see {server.log_file}", flush=True)
+            return 1
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except TimeoutError:
+            continue
+    return 0
+
+
+def run_dev(settings: Settings) -> int:
+    """Temporal dev server + worker (+ API) in one process tree; Ctrl-C / SIGTERM stops all."""
+    configure_logging()
+    server = dev_server_for(settings)
+    if not settings.admin_tokens:
+        # A fresh token per run, so the admin API is usable but never open by default.
+        settings = settings.model_copy(
+            update={"admin_tokens": f"{secrets.token_urlsafe(24)}:dev-admin"}
+        )
+    admin_token = next(iter(settings.admin_operators()))
+    data_dir = Path(settings.data_dir).resolve()
+    code = 0
+
+    async def main(stop: asyncio.Event) -> None:
+        nonlocal code
+        server.start()
+        worker: subprocess.Popen[bytes] | None = None
+        try:
+            await server.wait_ready()
+            # A fork + exec returns at once; the child's start-up is awaited below.
+            worker = subprocess.Popen(  # noqa: ASYNC220
+                worker_command(), env=_child_env(settings), preexec_fn=detach_child
+            )
+            await _wait_for_api(settings, worker)
+            print(
+                "\nknowledgeops is running\n"
+                f"  Temporal:      {server.address}\n"
+                f"  Web UI:        {server.ui_url}\n"
+                f"  API:           {settings.resolved_api_url}  (docs at /docs)\n"
+                f"  Admin token:   {admin_token}\n"
+                f"  Data:          {data_dir}\n"
+                "Import with `knowledgeops import FILE --follow`; Ctrl-C stops everything.\n",
+                flush=True,
+            )
+            code = await _supervise(server, worker, stop)
+        finally:
+            if worker is not None and worker.poll() is None:
+                worker.terminate()
+                try:
+                    await asyncio.to_thread(worker.wait, 30)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
+            server.stop()
+            print("knowledgeops stopped.", flush=True)
+
+    until_signal(main)
+    return code
+
+
+def run_server(settings: Settings) -> int:
+    """Only the Temporal dev server, configured as `dev` configures it."""
+    server = dev_server_for(settings)
+
+    async def main(stop: asyncio.Event) -> None:
+        server.start()
+        try:
+            await server.wait_ready()
+            print(f"Temporal dev server on {server.address}, Web UI {server.ui_url}", flush=True)
+            await stop.wait()
+        finally:
+            server.stop()
+
+    return until_signal(main)
+
+
+def run_api(settings: Settings) -> int:
+    """Only the HTTP API (no workers). With the embedded index this needs the index folder to
+    be free, i.e. no worker running on it: use `dev`/`worker`, or QDRANT_URL."""
+    configure_logging()
+    return until_signal(
+        lambda stop: serve_api_only(
+            settings, stop, lambda: print(f"API on {settings.resolved_api_url}", flush=True)
+        )
+    )
