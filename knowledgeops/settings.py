@@ -61,6 +61,16 @@ class Settings(BaseSettings):
     webhook_urls: str = Field(default="", alias="WEBHOOK_URLS")
     webhook_secret: str = Field(default="", alias="WEBHOOK_SECRET")
 
+    # Maintenance: backups kept (older ones are removed after a successful backup and by
+    # cleanup), retention of domain events and audit records (audit kept longest).
+    backup_keep: int = Field(default=7, ge=1, le=1000, alias="BACKUP_KEEP")
+    event_retention_days: int = Field(default=90, ge=1, alias="EVENT_RETENTION_DAYS")
+    audit_retention_days: int = Field(default=730, ge=1, alias="AUDIT_RETENTION_DAYS")
+    # Cron expressions (UTC) of the maintenance schedules; empty: no schedule for that type.
+    backup_schedule: str = Field(default="0 3 * * *", alias="BACKUP_SCHEDULE")
+    cleanup_schedule: str = Field(default="30 3 * * *", alias="CLEANUP_SCHEDULE")
+    report_schedule: str = Field(default="0 6 * * 1", alias="REPORT_SCHEDULE")
+
     api_host: str = Field(default="127.0.0.1", alias="API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, alias="API_PORT")
     api_url: str = Field(default="", alias="API_URL")
@@ -74,6 +84,16 @@ class Settings(BaseSettings):
             raise ValueError(f"must be smaller than CHUNK_TOKENS ({size})")
         return v
 
+    @field_validator("audit_retention_days")
+    @classmethod
+    def _audit_outlives_events(cls, v: int, info: object) -> int:
+        events = getattr(info, "data", {}).get("event_retention_days", 90)
+        if v < events:
+            raise ValueError(
+                f"must be at least EVENT_RETENTION_DAYS ({events}): audit is kept longest"
+            )
+        return v
+
     @property
     def files_dir(self) -> Path:
         return self.data_dir / "files"
@@ -81,6 +101,14 @@ class Settings(BaseSettings):
     @property
     def chunks_dir(self) -> Path:
         return self.data_dir / "chunks"
+
+    @property
+    def backups_dir(self) -> Path:
+        return self.data_dir / "backups"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.data_dir / "reports"
 
     @property
     def qdrant_path(self) -> Path:
