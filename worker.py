@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from knowledgeops.resources import Resources, open_resources
+from knowledgeops.schedules import ensure_schedules
 from knowledgeops.settings import Settings, SettingsError, load_settings
 from knowledgeops.task_types import COMMON_ACTIVITY_CLASSES, REGISTRY, load
 from knowledgeops.temporal import connect, ensure_search_attributes
@@ -99,6 +100,7 @@ async def run_worker(
     """Workers (and the API, when this process owns the embedded index) until `stop`."""
     client = await connect(settings)
     await ensure_search_attributes(client, settings.temporal_namespace)
+    await ensure_schedules(client, settings)
     async with open_resources(settings) as resources:
         workers = build_workers(client, resources)
         tasks = [asyncio.create_task(w.run()) for w in workers]

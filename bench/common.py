@@ -104,7 +104,7 @@ class MemorySampler:
             try:
                 for child in self.proc.children(recursive=True):
                     rss = child.memory_info().rss
-                    if "parse_job" in " ".join(child.cmdline()):
+                    if "parser_process" in " ".join(child.cmdline()):
                         self.peak_parser = max(self.peak_parser, rss)
                     else:
                         self.peak_embedder = max(self.peak_embedder, rss)

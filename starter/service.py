@@ -1,7 +1,7 @@
 """TaskQueueService: the one way app code starts, inspects and cancels work.
 
 Temporal is the source of truth for task state: status is read from the workflow execution
-(description, memo, pending activities' heartbeat details), never from a second job table.
+(description, memo, pending activities' heartbeat details), never from a second task table.
 """
 
 from __future__ import annotations

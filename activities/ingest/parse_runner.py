@@ -1,4 +1,4 @@
-"""Run the parser subprocess (activities.ingest.parse_job) and interpret its outcome."""
+"""Run the parser subprocess (activities.ingest.parser_process) and interpret its outcome."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from activities.ingest.parse_job import EXIT_DOCUMENT_ERROR, ParseJob
+from activities.ingest.parser_process import EXIT_DOCUMENT_ERROR, ParserInput
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
 
@@ -36,7 +36,7 @@ async def run_parse(
     chunking: ChunkingOptions,
     memory_mb: int,
 ) -> ParseResult:
-    job = ParseJob(
+    request = ParserInput(
         path=str(path),
         filename=filename,
         document_id=document_id,
@@ -48,8 +48,8 @@ async def run_parse(
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "activities.ingest.parse_job",
-            job.model_dump_json(),
+            "activities.ingest.parser_process",
+            request.model_dump_json(),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

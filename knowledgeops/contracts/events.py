@@ -25,7 +25,7 @@ class EventType(StrEnum):
 
 
 class TaskEvent(BaseModel):
-    # Deterministic (job id, run id, event type): an activity retry re-sends the same id and
+    # Deterministic (task id, run id, event type): an activity retry re-sends the same id and
     # the store keeps one copy, so consumers see each event once per id.
     event_id: str
     event_type: EventType

@@ -1,4 +1,4 @@
-"""Parser subprocess: `python -m activities.ingest.parse_job REQUEST_JSON`.
+"""Parser subprocess: `python -m activities.ingest.parser_process REQUEST_JSON`.
 
 Parsing untrusted files runs here, not in the worker: a file that crashes the PDF engine or
 eats memory kills this process (capped by RLIMIT_AS), and the worker reports a clean error.
@@ -20,7 +20,7 @@ from knowledgeops.contracts.document_import import ChunkingOptions
 EXIT_DOCUMENT_ERROR = 3
 
 
-class ParseJob(BaseModel):
+class ParserInput(BaseModel):
     path: str
     filename: str
     document_id: str
@@ -30,10 +30,10 @@ class ParseJob(BaseModel):
 
 
 def main() -> int:
-    job = ParseJob.model_validate_json(sys.argv[1])
+    request = ParserInput.model_validate_json(sys.argv[1])
     # Batch work yields the CPU to the API and Temporal on the same machine.
     os.nice(10)
-    limit = job.memory_mb * 1024 * 1024
+    limit = request.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     from activities.ingest.chunking import parse_and_chunk
@@ -41,7 +41,11 @@ def main() -> int:
 
     try:
         result = parse_and_chunk(
-            Path(job.path), job.filename, job.document_id, Path(job.chunks_dir), job.chunking
+            Path(request.path),
+            request.filename,
+            request.document_id,
+            Path(request.chunks_dir),
+            request.chunking,
         )
     except DocumentError as e:
         print(json.dumps({"error": {"kind": e.kind, "message": e.message}}))
@@ -52,8 +56,8 @@ def main() -> int:
                 {
                     "error": {
                         "kind": "DocumentTooComplex",
-                        "message": f"{job.filename} needs more than the parser's memory limit "
-                        f"of {job.memory_mb} MB (PARSER_MEMORY_MB)",
+                        "message": f"{request.filename} needs more than the parser's memory limit "
+                        f"of {request.memory_mb} MB (PARSER_MEMORY_MB)",
                     }
                 }
             )
