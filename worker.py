@@ -104,7 +104,10 @@ async def run_worker(
     async with open_resources(settings) as resources:
         workers = build_workers(client, resources)
         tasks = [asyncio.create_task(w.run()) for w in workers]
-        api = ApiServer(client, resources, stop) if serve_api else None
+        api = None
+        if serve_api:
+            # Its own client: requests fail fast (503) while the workers' client keeps retrying.
+            api = ApiServer(await connect(settings, fail_fast=True), resources, stop)
         if api is not None:
             tasks += api.start()
         if on_ready:

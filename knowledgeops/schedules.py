@@ -119,6 +119,7 @@ def _handle(client: Client, settings: Settings, task_type: str) -> ScheduleHandl
 async def list_schedules(client: Client, settings: Settings) -> list[ScheduleInfo]:
     out = []
     for spec in scheduled_specs():
+        assert spec.schedule is not None
         handle = client.get_schedule_handle(schedule_id(settings, spec.task_type))
         try:
             desc = await handle.describe()
@@ -130,7 +131,8 @@ async def list_schedules(client: Client, settings: Settings) -> list[ScheduleInf
             ScheduleInfo(
                 schedule_id=handle.id,
                 task_type=spec.task_type.value,
-                cron=list(desc.schedule.spec.cron_expressions),
+                # The server keeps a cron as calendar specs; show the expression configured.
+                cron=[str(getattr(settings, spec.schedule.setting))],
                 paused=desc.schedule.state.paused,
                 note=desc.schedule.state.note,
                 next_runs=[t.isoformat() for t in desc.info.next_action_times[:3]],

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledgeops.settings import Settings, SettingsError, load_settings
-from knowledgeops.task_types import TaskType
+from knowledgeops.task_types import TaskType, spec_for
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,6 +62,28 @@ def _parser() -> argparse.ArgumentParser:
     dd = dsub.add_parser("delete", help="cancel its import, remove points, chunks and file")
     dd.add_argument("document_id")
     dd.add_argument("--reason", default="", help="recorded in the audit log")
+
+    sc = sub.add_parser("schedules", help="the maintenance schedules (backup, cleanup, report)")
+    scsub = sc.add_subparsers(dest="action", required=True)
+    scl = scsub.add_parser("list", help="each schedule: cron, paused, next and recent runs")
+    scl.add_argument("--json", action="store_true")
+    for action, text in (
+        ("pause", "stop starting runs until unpaused"),
+        ("unpause", "start runs again"),
+        ("trigger", "start a run now"),
+    ):
+        a = scsub.add_parser(action, help=text)
+        a.add_argument("task_type", metavar="TYPE", help="e.g. BACKUP_EXECUTE")
+        a.add_argument("--reason", default="", help="recorded in the audit log")
+
+    b = sub.add_parser("backup", help="start a backup (BACKUP_EXECUTE) of database, index, files")
+    b.add_argument("--label", help="recorded in the archive's manifest")
+    b.add_argument("--follow", action="store_true", help="show progress until it finishes")
+    b.add_argument("--json", action="store_true")
+    rs = sub.add_parser("restore", help="restore a backup archive (stop the worker first)")
+    rs.add_argument("archive", help="archive name under the backups folder, or its path")
+    rs.add_argument("--force", action="store_true", help="replace existing data")
+    rs.add_argument("--json", action="store_true")
 
     q = sub.add_parser("search", help="semantic search over imported documents")
     q.add_argument("query")
@@ -128,6 +150,10 @@ async def task_service(settings: Settings) -> AsyncIterator[Any]:
 
 
 async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command in ("backup", "restore"):
+        from starter import cli_maintenance
+
+        return await cli_maintenance.command(args, settings)
     if args.command in ("import", "documents", "search"):
         from starter import cli_documents
 
@@ -135,6 +161,8 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     async with task_service(settings) as service:
         if args.command == "run":
             return await _run_task(service, args)
+        if args.command == "schedules":
+            return await _schedules(service, args)
         if args.command == "status":
             st = await service.get_status(args.task_id)
             if args.json:
@@ -164,6 +192,39 @@ async def _run_task(service: Any, args: argparse.Namespace) -> int:
         print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
         return 0
     return await follow_and_report(service, [(args.task_type, ref.task_id)], quiet=args.json)
+
+
+async def _schedules(service: Any, args: argparse.Namespace) -> int:
+    from knowledgeops import schedules
+
+    client, settings = service.client, service.settings
+    if args.action == "list":
+        found = await schedules.list_schedules(client, settings)
+        if args.json:
+            print(json.dumps([s.model_dump() for s in found], indent=2))
+            return 0
+        for s in found:
+            state = "paused" if s.paused else "active"
+            print(f"{s.schedule_id}  {s.task_type:<16} {' '.join(s.cron):<14} {state}")
+            print(f"    next: {', '.join(s.next_runs) or '-'}")
+        if not found:
+            print("no schedules (they are created when a worker starts)")
+        return 0
+    action = {"pause": schedules.pause, "unpause": schedules.unpause}.get(args.action)
+    sid = schedules.schedule_id(settings, spec_for(args.task_type.upper()).task_type)
+    try:
+        if action is not None:
+            await action(client, settings, args.task_type, args.reason or f"{args.action} by CLI")
+        else:
+            await schedules.trigger(client, settings, args.task_type)
+    except Exception as e:
+        await service.audit(
+            actor(), f"schedule_{args.action}", [sid], args.reason, "refused", {"error": str(e)}
+        )
+        raise
+    await service.audit(actor(), f"schedule_{args.action}", [sid], args.reason, "done")
+    print(f"{args.action}: {args.task_type}")
+    return 0
 
 
 async def follow_and_report(service: Any, tasks: list[tuple[str, str]], *, quiet: bool) -> int:

@@ -69,7 +69,7 @@ async def serve_api_only(
     settings: Settings, stop: asyncio.Event, on_ready: Callable[[], None] | None = None
 ) -> None:
     """The HTTP API with no workers (with the embedded index it needs the folder free)."""
-    client = await connect(settings)
+    client = await connect(settings, fail_fast=True)
     await ensure_search_attributes(client, settings.temporal_namespace)
     async with open_resources(settings) as resources:
         api = ApiServer(client, resources, stop)

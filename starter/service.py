@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -31,7 +30,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from knowledgeops.contracts.base import BEGAN_MEMO, PROGRESS_MEMO, Checkpoint, Progress
+from knowledgeops.contracts.base import PROGRESS_MEMO, Checkpoint, Progress
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.settings import Settings
@@ -44,7 +43,7 @@ from knowledgeops.task_types import (
     spec_for,
 )
 from starter import task_queries as tq
-from starter.task_queries import FINISHED, status_name
+from starter.task_queries import FINISHED, is_pending, status_name
 
 
 class TaskRef(BaseModel):
@@ -191,11 +190,8 @@ class TaskQueueService:
         status = status_name(desc.status)
         attempts = 0
         last_error: str | None = None
-        any_started = False
         for pa in desc.raw_description.pending_activities:
             attempts = max(attempts, pa.attempt)
-            if pa.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
-                any_started = True
             if pa.HasField("last_failure") and pa.last_failure.message:
                 last_error = pa.last_failure.message
             if pa.heartbeat_details.payloads:
@@ -204,9 +200,8 @@ class TaskQueueService:
                 if checkpoint is not None:
                     progress.done = max(progress.done, checkpoint.done)
                     progress.total = progress.total or checkpoint.total
-        if status == "running" and not memo.get(BEGAN_MEMO) and not any_started:
-            # Pending until a worker has picked up the first activity.
-            status = "pending" if attempts <= 1 else "running"
+        if status == "running" and is_pending(memo, desc.raw_description.pending_activities):
+            status = "pending"
         result: dict[str, Any] | None = None
         if status == "completed":
             value = await self.client.get_workflow_handle(task_id).result()

@@ -6,15 +6,22 @@ Everything is read from Temporal (visibility, describe, history); nothing is mir
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
+from temporalio.api.enums.v1 import (
+    EventType,
+    PendingActivityState,
+    TaskQueueKind,
+    TaskQueueType,
+)
 from temporalio.api.taskqueue.v1 import TaskQueue as TaskQueueProto
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
+from knowledgeops.contracts.base import BEGAN_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
@@ -159,14 +166,38 @@ def _summary(w: WorkflowExecution) -> TaskSummary:
     )
 
 
+def is_pending(memo: Mapping[str, Any], pending_activities: Sequence[Any]) -> bool:
+    """A running task no worker has begun: no activity of the run completed (the workflow base
+    sets the `began` memo) and none is started or being retried now."""
+    return not memo.get(BEGAN_MEMO) and all(
+        pa.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED and pa.attempt <= 1
+        for pa in pending_activities
+    )
+
+
+async def _still_pending(client: Client, w: WorkflowExecution) -> bool:
+    # Visibility knows only "Running": the memo rules most out, describe settles the rest.
+    if (await w.memo()).get(BEGAN_MEMO):
+        return False
+    desc = await client.get_workflow_handle(w.id, run_id=w.run_id).describe()
+    return is_pending(await desc.memo(), desc.raw_description.pending_activities)
+
+
 async def list_tasks(
     client: Client, settings: Settings, flt: TaskFilter, limit: int = 50, cursor: str | None = None
 ) -> TaskPage:
     """Newest first. The SQL visibility store has no ORDER BY, so each page scans the matching
-    executions older than the cursor (bounded by MAX_LIST_SCAN) and sorts them here."""
+    executions older than the cursor (bounded by MAX_LIST_SCAN) and sorts them here. `pending`
+    and `running` share Temporal's Running status, so those two filters check each task."""
     before = datetime.fromisoformat(cursor) if cursor else None
     rows: list[TaskSummary] = []
     async for w in client.list_workflows(build_query(settings, flt, before), limit=MAX_LIST_SCAN):
+        if flt.status in ("pending", "running"):
+            pending = await _still_pending(client, w)
+            if pending != (flt.status == "pending"):
+                continue
+            rows.append(_summary(w).model_copy(update={"status": flt.status}))
+            continue
         rows.append(_summary(w))
     rows.sort(key=lambda r: r.started_at or datetime.min.replace(tzinfo=UTC), reverse=True)
     page = rows[:limit]

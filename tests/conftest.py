@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic_settings import BaseSettings
 from temporalio.client import Client
 
 from knowledgeops.embedding import Embedder, make_embedder
@@ -61,9 +62,20 @@ async def database_url() -> AsyncIterator[str]:
     await conn.close()
 
 
+class HermeticSettings(Settings):
+    """What a test passes, else the defaults: never the developer's environment or `.env`
+    (a QDRANT_URL or WEBHOOK_URLS set there must not reach a test)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: Any, *_others: Any, **_kw: Any
+    ) -> tuple[Any, ...]:
+        return (init_settings,)
+
+
 @pytest.fixture
 def settings(temporal_server: TemporalDevServer, tmp_path: Path, database_url: str) -> Settings:
-    return Settings(
+    return HermeticSettings(
         DATABASE_URL=database_url,
         KNOWLEDGEOPS_DATA_DIR=tmp_path / "data",
         KNOWLEDGEOPS_PREFIX=f"t{uuid.uuid4().hex[:8]}-",
@@ -163,7 +175,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env | settings.to_env() | {"PYTHONUNBUFFERED": "1"}
 
 
-_OUR_VARS = ("KNOWLEDGEOPS_", "TEMPORAL_", "EMBEDDING_", "OPENAI_", "QDRANT_", "API_", "CHUNK_")
+# Every variable a setting reads (their aliases): a child sees only the test's values.
+_OUR_VARS = tuple(f.alias for f in Settings.model_fields.values() if f.alias)
 
 
 def start_worker_process(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
@@ -211,14 +224,15 @@ ADMIN_TOKEN = "test-admin-token"
 
 
 @asynccontextmanager
-async def running_api(settings: Settings, *, workers: bool = True) -> AsyncIterator[Api]:
+async def running_api(
+    settings: Settings, *, workers: bool = True, admin_tokens: str = f"{ADMIN_TOKEN}:alice"
+) -> AsyncIterator[Api]:
     """The production composition (the worker process serving the API, or the API alone) on
     a free port, over real HTTP."""
     from starter.processes import serve_api_only
     from worker import run_worker
 
-    if not settings.admin_tokens:
-        settings = settings.model_copy(update={"admin_tokens": f"{ADMIN_TOKEN}:alice"})
+    settings = settings.model_copy(update={"admin_tokens": admin_tokens})
     stop = asyncio.Event()
     node = asyncio.create_task(
         run_worker(settings, stop, serve_api=True) if workers else serve_api_only(settings, stop)

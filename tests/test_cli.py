@@ -17,7 +17,7 @@ import pytest
 
 from knowledgeops.settings import Settings
 from starter.dev_server import free_port, port_in_use
-from tests.conftest import EXAMPLES, ROOT, running_env, settings_env
+from tests.conftest import _OUR_VARS, EXAMPLES, ROOT, running_env, settings_env
 
 CLI = [sys.executable, "-m", "starter.cli"]
 
@@ -62,7 +62,7 @@ def _free_port_pair() -> int:
 
 def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
     port = _free_port_pair()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNOWLEDGEOPS_", "API_"))}
+    environ = {k: v for k, v in os.environ.items() if k not in _OUR_VARS}
     environ |= {
         "KNOWLEDGEOPS_DATA_DIR": str(tmp_path / "data"),
         "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",

@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from datetime import datetime
 
 from knowledgeops import schedules
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
@@ -17,11 +18,8 @@ async def _our_schedule_ids(env: Env) -> list[str]:
     # Schedule listing is eventually consistent: wait for it to settle.
     ids: list[str] = []
     for _ in range(50):
-        ids = sorted(
-            s.id
-            async for s in await env.client.list_schedules()
-            if s.id.startswith(env.settings.prefix)
-        )
+        found = [s.id async for s in await env.client.list_schedules()]
+        ids = sorted(i for i in found if i.startswith(env.settings.prefix))
         if len(ids) == len(schedules.scheduled_specs()):
             break
         await asyncio.sleep(0.2)
@@ -43,7 +41,9 @@ async def test_schedules_are_idempotent_and_trigger_their_workflow(env: Env) -> 
     listed = {s.task_type: s for s in await schedules.list_schedules(env.client, env.settings)}
     report = listed["REPORT_GENERATE"]
     assert report.cron == [env.settings.report_schedule] and not report.paused
-    assert report.next_runs, "a schedule with a cron has a next run"
+    # The server runs the configured cron ("0 6 * * 1"): Mondays at 06:00 UTC.
+    next_run = datetime.fromisoformat(report.next_runs[0])
+    assert (next_run.weekday(), next_run.hour, next_run.minute) == (0, 6, 0)
 
     await schedules.pause(env.client, env.settings, "REPORT_GENERATE", "maintenance window")
     await schedules.ensure_schedules(env.client, env.settings)  # a restart keeps the pause

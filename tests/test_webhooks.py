@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from knowledgeops.settings import Settings
-from starter.webhooks import signature
 from tests.conftest import EXAMPLES, running_api
 
 
@@ -63,7 +64,9 @@ async def test_webhooks_are_signed_ordered_and_retried(settings: Settings) -> No
     assert receiver.attempts == 2 + len(receiver.accepted)
     kinds = []
     for headers, body in receiver.accepted:
-        assert headers["X-Knowledgeops-Signature"] == signature("s3cret", body)
+        # Computed here, not with the product's own function: a receiver's view.
+        expected = hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        assert headers["X-Knowledgeops-Signature"] == f"sha256={expected}"
         event = json.loads(body)
         assert headers["X-Knowledgeops-Event-Id"] == event["event_id"]
         kinds.append(event["event_type"])

@@ -48,20 +48,6 @@ class GenerateReviewCardPayload(BaseModel):
     max_cards: int = Field(default=20, ge=1, le=500)
 
 
-class BackupExecutePayload(BaseModel):
-    target: str = Field(default="local", max_length=200)
-
-
-class CleanupExecutePayload(BaseModel):
-    older_than_days: int = Field(default=30, ge=1)
-    dry_run: bool = True
-
-
 class AgentTaskPayload(BaseModel):
     agent: str = Field(max_length=100)
     instruction: str = Field(max_length=8000)
-
-
-class ReportGeneratePayload(BaseModel):
-    report: str = Field(max_length=100)
-    period_days: int = Field(default=7, ge=1, le=366)

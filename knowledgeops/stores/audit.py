@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, select
+from sqlalchemy import JSON, DateTime, Integer, String, Text, delete, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.stores.sql import Base, aware, now
@@ -84,3 +84,23 @@ class AuditLog:
         for r in rows:
             r.at = aware(r.at)
         return rows
+
+    async def older_than(self, before: datetime) -> tuple[int, int | None]:
+        """How many records are dated before `before`, and the highest id among them."""
+        q = select(func.count(), func.max(AuditRow.id)).where(AuditRow.at < before)
+        async with self.db.sessions() as s:
+            count, last = (await s.execute(q)).one()
+        return int(count), last
+
+    async def delete_older_than(self, before: datetime, up_to_id: int, limit: int = 5000) -> int:
+        """Retention (AUDIT_RETENTION_DAYS): delete up to `limit` records dated before `before`
+        with id <= `up_to_id`; returns how many. Nothing else ever deletes audit records."""
+        batch = (
+            select(AuditRow.id)
+            .where(AuditRow.at < before, AuditRow.id <= up_to_id)
+            .order_by(AuditRow.id)
+            .limit(limit)
+        )
+        async with self.db.write() as s:
+            result: Any = await s.execute(delete(AuditRow).where(AuditRow.id.in_(batch)))
+        return int(result.rowcount or 0)

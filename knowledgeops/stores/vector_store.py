@@ -40,6 +40,15 @@ class Hit:
     heading: str | None
 
 
+@dataclass(frozen=True)
+class StoredPoint:
+    """A point as exported for a backup and imported by a restore: no embedding needed."""
+
+    id: int | str
+    vector: list[float]
+    payload: dict[str, Any]
+
+
 class QdrantLockedError(RuntimeError):
     pass
 
@@ -201,6 +210,76 @@ class VectorStore:
     async def collections(self) -> list[str]:
         res = await self._run(self._client.get_collections)
         return [c.name for c in res.collections]
+
+    # Backup and restore: a scroll export and an upsert import. The same calls work on the
+    # embedded index and on a server (which has snapshots, but they are per node, tied to
+    # its version and unavailable in local mode), so an archive restores into either mode.
+
+    async def vector_params(self, collection: str) -> tuple[int, str]:
+        """(vector size, distance name) of a collection with one unnamed vector."""
+        info = await self._run(self._client.get_collection, collection)
+        params = info.config.params.vectors
+        if not isinstance(params, models.VectorParams):
+            raise ValueError(f"collection {collection} has named vectors; not one of ours")
+        return int(params.size), str(params.distance.value)
+
+    async def export_points(
+        self, collection: str, offset: int | str | None, limit: int
+    ) -> tuple[list[StoredPoint], int | str | None]:
+        """One page of points (id order) with vectors and payloads, and the next offset."""
+        records, next_offset = await self._run(
+            self._client.scroll,
+            collection,
+            limit=limit,
+            offset=offset,
+            with_payload=True,
+            with_vectors=True,
+        )
+        points = []
+        for r in records:
+            vector = [x for x in r.vector if isinstance(x, float | int)] if r.vector else []
+            if not isinstance(r.vector, list) or len(vector) != len(r.vector):
+                raise ValueError(f"point {r.id} of {collection} has no single unnamed vector")
+            pid = r.id if isinstance(r.id, int) else str(r.id)
+            points.append(StoredPoint(pid, [float(x) for x in vector], dict(r.payload or {})))
+        return points, (next_offset if isinstance(next_offset, int | str) else None)
+
+    async def import_points(
+        self, collection: str, dimension: int, points: Sequence[StoredPoint]
+    ) -> None:
+        """Upsert exported points as they are (ids, vectors, payloads): nothing is embedded."""
+        await self._ensure(collection, dimension)
+        structs = [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
+        await self._run(self._client.upsert, collection, structs, wait=True)
+
+    async def drop_collection(self, collection: str) -> bool:
+        self._ready.discard(collection)
+        if not await self._run(self._client.collection_exists, collection):
+            return False
+        await self._run(self._client.delete_collection, collection)
+        return True
+
+    async def document_point_counts(self, collection: str, page: int = 2048) -> dict[str, int]:
+        """Document id -> its number of points, over the whole collection: a scroll reading
+        only the document id, page by page (so the event loop keeps heartbeating)."""
+        counts: dict[str, int] = {}
+        if not await self._exists(collection):
+            return counts
+        offset: Any = None
+        while True:
+            records, offset = await self._run(
+                self._client.scroll,
+                collection,
+                limit=page,
+                offset=offset,
+                with_payload=["document_id"],
+                with_vectors=False,
+            )
+            for r in records:
+                doc = str((r.payload or {}).get("document_id"))
+                counts[doc] = counts.get(doc, 0) + 1
+            if offset is None:
+                return counts
 
     async def search(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from starter.http import admin, documents, tasks
+from starter.http import admin, documents, reports, tasks
 from starter.http.errors import error_response, install_error_handlers
 from starter.http.runtime import Runtime, RuntimeDep
 
@@ -68,6 +68,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(documents.router)
     app.include_router(tasks.router)
     app.include_router(admin.router)
+    app.include_router(reports.router)
     limit = min(runtime.settings.upload_max_bytes, runtime.settings.max_file_bytes)
     app.add_middleware(UploadLimit, max_bytes=limit)
 

@@ -9,9 +9,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.service import RPCError
 
 from knowledgeops.errors import validation_text
 from knowledgeops.task_types import TaskNotImplementedError
+from knowledgeops.temporal import is_unreachable
 from starter.documents import CancelPendingError, DocumentNotFoundError
 from starter.service import (
     PayloadInvalidError,
@@ -76,6 +78,18 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(status, code, str(e))
 
         app.add_exception_handler(exc_type, _mapped)
+
+    @app.exception_handler(RPCError)
+    async def _temporal(_: Request, e: RPCError) -> JSONResponse:
+        if not is_unreachable(e):
+            raise e  # a real server error: let it be a 500 with its traceback in the log
+        return error_response(
+            503,
+            "temporal_unavailable",
+            f"Temporal is unreachable ({e.message}); task state lives there, so this cannot be "
+            "answered now. Search and the document list still work. Retry shortly.",
+            {"Retry-After": "5"},
+        )
 
     @app.exception_handler(CancelPendingError)
     async def _cancel_pending(_: Request, e: CancelPendingError) -> JSONResponse:

@@ -1,0 +1,336 @@
+"""Activities of BACKUP_EXECUTE: database, index export, files into the pool, manifest,
+retention, and discarding an unfinished archive.
+
+This runs in the worker because the worker owns the embedded index. Each stage writes into
+the archive folder; only names and counts go back to the workflow. The index and files
+stages heartbeat a checkpoint, so a retry after a crash continues where the last heartbeat
+left off; the pool being content-addressed, a file copied before a crash is never copied
+again either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.support import Heartbeater, bad_input, resume_from
+from knowledgeops import database_dump
+from knowledgeops.backup_archive import (
+    COLLECTION_META,
+    DATABASE_DIR,
+    INDEX_DIR,
+    POINTS_PER_PART,
+    CollectionMeta,
+    DatabasePart,
+    FileEntry,
+    IndexCollection,
+    Manifest,
+    copy_hashing,
+    fsync_dir,
+    part_name,
+    part_of,
+    sha256_file,
+    write_atomically,
+    write_points,
+)
+from knowledgeops.contracts.backup import (
+    APPLY_RETENTION,
+    BACKUP_DATABASE,
+    BACKUP_FILES,
+    BACKUP_INDEX,
+    DISCARD_BACKUP,
+    WRITE_MANIFEST,
+    BackupStageRequest,
+    DatabaseBackupResult,
+    FilesBackupResult,
+    FilesCheckpoint,
+    IndexBackupResult,
+    IndexCheckpoint,
+    ManifestRequest,
+    ManifestResult,
+    RetentionResult,
+)
+from knowledgeops.resources import Resources
+from knowledgeops.stores import file_store
+from knowledgeops.stores.backups import (
+    LISTING,
+    MANIFEST,
+    abandoned_archives,
+    past_retention,
+    pool_dir,
+    pool_lock,
+    prune_pool,
+    remove_archive,
+)
+
+
+class BackupActivities:
+    def __init__(self, resources: Resources) -> None:
+        self.resources = resources
+        self.settings = resources.settings
+
+    def _folder(self, req: BackupStageRequest) -> Path:
+        folder = self.settings.backups_dir / req.archive
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @contextlib.asynccontextmanager
+    async def _pool_locked(self) -> AsyncIterator[None]:
+        """Wait for the pool lock without blocking the event loop (heartbeats go on)."""
+        while True:
+            with pool_lock(self.settings.backups_dir, blocking=False) as held:
+                if held:
+                    yield
+                    return
+            await asyncio.sleep(0.5)
+
+    @activity.defn(name=BACKUP_DATABASE.name)
+    async def backup_database(self, req: BackupStageRequest) -> DatabaseBackupResult:
+        folder = self._folder(req)
+        try:
+            async with Heartbeater():
+                kind, path = await database_dump.dump(self.settings, folder / DATABASE_DIR)
+        except database_dump.DumpToolMissingError as e:
+            raise bad_input("DumpToolMissing", str(e)) from None
+        except database_dump.DumpFailedError as e:
+            raise ApplicationError(str(e), type="DatabaseDumpFailed") from None
+        return DatabaseBackupResult(
+            kind=kind, path=str(path.relative_to(folder)), bytes=path.stat().st_size
+        )
+
+    @activity.defn(name=BACKUP_INDEX.name)
+    async def backup_index(self, req: BackupStageRequest) -> IndexBackupResult:
+        store = self.resources.store
+        root = self._folder(req) / INDEX_DIR
+        collections = sorted(await store.collections())
+        total = sum([await store.count(c) for c in collections])
+        cp = resume_from(
+            IndexCheckpoint(total=total),
+            lambda c: c.collection is None or c.collection in collections,
+        )
+        cp.total = max(total, cp.done)
+        hb = Heartbeater(cp.model_dump())
+        async with hb:
+            for name in collections:
+                if cp.collection is not None and name < cp.collection:
+                    continue  # exported by an earlier attempt
+                if cp.collection != name:
+                    cp = cp.model_copy(
+                        update={
+                            "collection": name,
+                            "offset": None,
+                            "part": 0,
+                            "collection_points": 0,
+                        }
+                    )
+                folder = root / name
+                folder.mkdir(parents=True, exist_ok=True)
+                dimension, distance = await store.vector_params(name)
+                # At offset None a collection is either not begun (part 0) or finished.
+                more = cp.offset is not None or cp.part == 0
+                while more:
+                    points, after = await store.export_points(name, cp.offset, POINTS_PER_PART)
+                    size = 0
+                    if points:
+                        size = await asyncio.to_thread(
+                            write_points, folder / part_name(cp.part), points
+                        )
+                    more = after is not None
+                    cp = cp.model_copy(
+                        update={
+                            "offset": after,
+                            "part": cp.part + (1 if points else 0),
+                            "done": cp.done + len(points),
+                            "collection_points": cp.collection_points + len(points),
+                            "bytes": cp.bytes + size,
+                        }
+                    )
+                    hb.update(cp.model_dump())
+                meta = CollectionMeta(
+                    name=name, dimension=dimension, distance=distance, points=cp.collection_points
+                )
+                await asyncio.to_thread(_finish_collection, folder, meta, cp.part)
+        return IndexBackupResult(collections=len(collections), points=cp.done, bytes=cp.bytes)
+
+    @activity.defn(name=BACKUP_FILES.name)
+    async def backup_files(self, req: BackupStageRequest) -> FilesBackupResult:
+        s = self.settings
+        listing_path = self._folder(req) / LISTING
+        pool = pool_dir(s.backups_dir)
+        pool.mkdir(parents=True, exist_ok=True)
+        sources = await asyncio.to_thread(_sources, s.files_dir, s.chunks_dir)
+        listed = listing_path.stat().st_size if listing_path.exists() else 0
+        cp = resume_from(FilesCheckpoint(total=len(sources)), lambda c: c.listing_bytes <= listed)
+        cp.total = max(len(sources), cp.done)
+        hb = Heartbeater(cp.model_dump())
+        async with hb, self._pool_locked():
+            fd = os.open(listing_path, os.O_RDWR | os.O_CREAT, 0o644)
+            with os.fdopen(fd, "r+b") as listing:
+                # Lines past the checkpoint belong to files the resumed run lists again.
+                listing.truncate(cp.listing_bytes)
+                listing.seek(cp.listing_bytes)
+                for rel, path in sources:
+                    if rel <= cp.after:
+                        continue
+                    entry, copied = await asyncio.to_thread(_into_pool, rel, path, pool)
+                    if entry is None:
+                        continue  # removed since it was listed (its document was deleted)
+                    listing.write(entry.model_dump_json().encode() + b"\n")
+                    listing.flush()
+                    stored = rel.startswith("files/")
+                    cp = cp.model_copy(
+                        update={
+                            "after": rel,
+                            "listing_bytes": listing.tell(),
+                            "done": cp.done + 1,
+                            "stored_files": cp.stored_files + stored,
+                            "chunk_files": cp.chunk_files + (not stored),
+                            "copied": cp.copied + copied,
+                            "present": cp.present + (not copied),
+                            "bytes_copied": cp.bytes_copied + (entry.bytes if copied else 0),
+                            "bytes": cp.bytes + entry.bytes,
+                        }
+                    )
+                    hb.update(cp.model_dump())
+                os.fsync(listing.fileno())
+        return FilesBackupResult(
+            stored_files=cp.stored_files,
+            chunk_files=cp.chunk_files,
+            copied=cp.copied,
+            present=cp.present,
+            bytes_copied=cp.bytes_copied,
+            bytes=cp.bytes,
+        )
+
+    @activity.defn(name=WRITE_MANIFEST.name)
+    async def write_backup_manifest(self, req: ManifestRequest) -> ManifestResult:
+        folder = self._folder(BackupStageRequest(archive=req.archive))
+        async with Heartbeater():
+            parts = await asyncio.to_thread(_write_manifest, folder, req)
+        return ManifestResult(path=str(folder.resolve()), parts=parts)
+
+    @activity.defn(name=APPLY_RETENTION.name)
+    async def apply_backup_retention(self, req: BackupStageRequest) -> RetentionResult:
+        s = self.settings
+
+        def apply() -> RetentionResult:
+            old = [p for p in past_retention(s) if p.name != req.archive]
+            abandoned = abandoned_archives(s)
+            for path in (*old, *abandoned):
+                remove_archive(path)
+            blobs, freed = prune_pool(s)
+            return RetentionResult(
+                archives_removed=[p.name for p in old],
+                abandoned_removed=[p.name for p in abandoned],
+                blobs_removed=blobs,
+                bytes_freed=freed,
+            )
+
+        async with Heartbeater(), self._pool_locked():
+            return await asyncio.to_thread(apply)
+
+    @activity.defn(name=DISCARD_BACKUP.name)
+    async def discard_backup(self, req: BackupStageRequest) -> bool:
+        """Remove an unfinished archive (never one with a manifest). The blobs it alone
+        listed go at the next retention."""
+        folder = self.settings.backups_dir / req.archive
+        if not folder.is_dir() or (folder / MANIFEST).exists():
+            return False
+        async with Heartbeater():
+            await asyncio.to_thread(remove_archive, folder)
+        return True
+
+
+def _finish_collection(folder: Path, meta: CollectionMeta, parts: int) -> None:
+    """Drop parts an earlier attempt wrote past the end, then record the collection."""
+    for stale in folder.glob("*.jsonl.gz"):
+        if int(stale.name.split(".")[0]) >= parts:
+            stale.unlink()
+    write_atomically(folder / COLLECTION_META, meta.model_dump_json().encode())
+
+
+def _sources(files_dir: Path, chunks_dir: Path) -> list[tuple[str, Path]]:
+    """Stored files and chunk files in path order (temporary files left out)."""
+    found: list[tuple[str, Path]] = []
+    if files_dir.is_dir():
+        found += [
+            (f"files/{p.name}", p)
+            for p in files_dir.iterdir()
+            if file_store.FILE_ID_RE.fullmatch(p.name) and p.is_file()
+        ]
+    if chunks_dir.is_dir():
+        found += [
+            (f"chunks/{p.name}", p)
+            for p in chunks_dir.iterdir()
+            if p.suffix in (".jsonl", ".idx") and p.is_file()
+        ]
+    return sorted(found)
+
+
+def _into_pool(rel: str, path: Path, pool: Path) -> tuple[FileEntry | None, bool]:
+    """The file's pool entry, copying it into the pool unless its blob is there already.
+    A stored file's id is its hash, so a present one is not even read."""
+    suffix = "".join(path.suffixes[-1:]) if rel.startswith("chunks/") else ""
+    try:
+        if rel.startswith("files/"):
+            sha = path.name[:64]
+            suffix = path.name[64:]
+        else:
+            sha = sha256_file(path)
+        blob = pool / f"{sha}{suffix}"
+        if blob.exists():
+            return FileEntry(path=rel, blob=blob.name, sha256=sha, bytes=blob.stat().st_size), False
+        actual = copy_hashing(path, blob)
+    except FileNotFoundError:
+        return None, False
+    if actual != sha:
+        # The file changed while we read it (a re-import), or a stored file no longer
+        # matches its id: keep what was copied, under its own hash.
+        activity.logger.warning("%s: content hash %s differs from %s", rel, actual, sha)
+        real = pool / f"{actual}{suffix}"
+        os.replace(blob, real)
+        blob, sha = real, actual
+    return FileEntry(path=rel, blob=blob.name, sha256=sha, bytes=blob.stat().st_size), True
+
+
+def _write_manifest(folder: Path, req: ManifestRequest) -> int:
+    """Checksum every part and publish the manifest (atomically, last). Idempotent."""
+    if (folder / MANIFEST).is_file():
+        manifest = Manifest.model_validate_json((folder / MANIFEST).read_bytes())
+        return 2 + sum(len(c.parts) for c in manifest.index)
+    collections = []
+    index_root = folder / INDEX_DIR
+    for meta_path in sorted(index_root.glob(f"*/{COLLECTION_META}")):
+        meta = CollectionMeta.model_validate_json(meta_path.read_bytes())
+        parts = [
+            part_of(folder, str(p.relative_to(folder)))
+            for p in sorted(meta_path.parent.glob("*.jsonl.gz"))
+        ]
+        collections.append(IndexCollection(**meta.model_dump(), parts=parts))
+    files = req.files
+    manifest = Manifest(
+        archive=req.archive,
+        task_id=req.task_id,
+        label=req.label,
+        started_at=req.started_at,
+        completed_at=datetime.now(UTC),
+        database=DatabasePart(kind=req.database.kind, part=part_of(folder, req.database.path)),
+        index=collections,
+        listing=part_of(folder, LISTING),
+        stored_files=files.stored_files,
+        chunk_files=files.chunk_files,
+        files_bytes=files.bytes,
+    )
+    write_atomically(
+        folder / MANIFEST, json.dumps(manifest.model_dump(mode="json"), indent=1).encode()
+    )
+    fsync_dir(folder)
+    return 2 + sum(len(c.parts) for c in collections)

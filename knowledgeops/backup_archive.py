@@ -1,0 +1,243 @@
+"""The backup archive format, shared by the backup activities (which write it) and restore
+(which reads it): manifest, checksums, the content-addressed pool, the index export.
+
+    backups/pool/<sha256><ext>                  stored files and chunk files, once each
+    backups/<UTC timestamp>-<id>/
+        database/app.db | database/app.pgdump   the application database
+        index/<collection>/<00000>.jsonl.gz     index points: id, vector (float32), payload
+        index/<collection>/collection.json      vector size, distance, point count
+        files.jsonl                             the pool blobs this archive references
+        manifest.json                           written last: sha256 of every part above
+
+The manifest is written last and atomically, so a folder without one is a backup that did
+not finish, never mistaken for a complete one. Blob names are their content's SHA-256, so
+the pool's checksums are its names.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import os
+import re
+import struct
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from knowledgeops.settings import Settings
+from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
+from knowledgeops.stores.vector_store import StoredPoint
+
+FORMAT_VERSION = 1
+DATABASE_DIR = "database"
+INDEX_DIR = "index"
+COLLECTION_META = "collection.json"
+POINTS_PER_PART = 1000
+_BLOCK = 1024 * 1024
+# What a listing may restore into: a stored file or a chunk file, never a path elsewhere.
+_LISTED_PATH = re.compile(r"^(files/[0-9a-f]{64}(\.[a-z0-9]{1,10})?|chunks/[^/\\]+\.(jsonl|idx))$")
+
+
+class Part(BaseModel):
+    path: str  # relative to the archive folder
+    sha256: str
+    bytes: int
+
+
+class DatabasePart(BaseModel):
+    kind: Literal["sqlite", "postgresql"]
+    part: Part
+
+
+class CollectionMeta(BaseModel):
+    name: str
+    dimension: int
+    distance: str
+    points: int
+
+
+class IndexCollection(CollectionMeta):
+    parts: list[Part]
+
+
+class FileEntry(BaseModel):
+    """One stored file or chunk file: where it goes in the data directory, its pool blob."""
+
+    path: str
+    blob: str
+    sha256: str
+    bytes: int
+
+
+class Manifest(BaseModel):
+    format: int = FORMAT_VERSION
+    archive: str
+    task_id: str
+    label: str | None = None
+    started_at: datetime
+    completed_at: datetime
+    database: DatabasePart
+    index: list[IndexCollection]
+    listing: Part
+    stored_files: int
+    chunk_files: int
+    files_bytes: int
+
+
+class ArchiveError(RuntimeError):
+    """The archive is missing, incomplete, or not what it claims to be."""
+
+
+# -- checksums and the pool -----------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def part_of(archive: Path, relative: str) -> Part:
+    path = archive / relative
+    return Part(path=relative, sha256=sha256_file(path), bytes=path.stat().st_size)
+
+
+def copy_hashing(source: Path, target: Path) -> str:
+    """Copy `source` to `target` atomically (temporary name, fsync, rename); returns the
+    SHA-256 of what was copied."""
+    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with source.open("rb") as src, tmp.open("wb") as out:
+            while block := src.read(_BLOCK):
+                digest.update(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return digest.hexdigest()
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    with tmp.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- index export ---------------------------------------------------------------------------
+
+
+def part_name(number: int) -> str:
+    return f"{number:05d}.jsonl.gz"
+
+
+def write_points(path: Path, points: list[StoredPoint]) -> int:
+    """One export part (gzip JSON lines; vectors as little-endian float32, which is what
+    Qdrant stores, so the round trip is exact). Returns its size."""
+    lines = []
+    for p in points:
+        vector = base64.b64encode(struct.pack(f"<{len(p.vector)}f", *p.vector)).decode()
+        lines.append(json.dumps({"id": p.id, "v": vector, "p": p.payload}, ensure_ascii=False))
+    write_atomically(path, gzip.compress(("\n".join(lines) + "\n").encode(), compresslevel=6))
+    return path.stat().st_size
+
+
+def read_points(path: Path) -> list[StoredPoint]:
+    points = []
+    for line in gzip.decompress(path.read_bytes()).splitlines():
+        r = json.loads(line)
+        raw = base64.b64decode(r["v"])
+        vector = list(struct.unpack(f"<{len(raw) // 4}f", raw))
+        points.append(StoredPoint(id=r["id"], vector=vector, payload=r["p"]))
+    return points
+
+
+# -- reading an archive ---------------------------------------------------------------------
+
+
+def resolve_archive(settings: Settings, name_or_path: str) -> Path:
+    """An archive given by name (under BACKUPS) or by path to its folder."""
+    candidates = [settings.backups_dir / name_or_path, Path(name_or_path)]
+    for path in candidates:
+        if (path / MANIFEST).is_file():
+            return path.resolve()
+    for path in candidates:
+        if path.is_dir():
+            raise ArchiveError(
+                f"{path} has no {MANIFEST}: it is a backup that never finished (or not a "
+                "backup at all); pick a complete archive (`ls` the backups folder)"
+            )
+    raise ArchiveError(
+        f"No backup archive {name_or_path!r} (looked in {settings.backups_dir} and at the path)"
+    )
+
+
+def load_manifest(archive: Path) -> Manifest:
+    try:
+        manifest = Manifest.model_validate_json((archive / MANIFEST).read_bytes())
+    except (OSError, ValidationError) as e:
+        raise ArchiveError(f"{archive / MANIFEST} is unreadable or invalid: {e}") from None
+    if manifest.format != FORMAT_VERSION:
+        raise ArchiveError(
+            f"{archive} has archive format {manifest.format}; this version reads "
+            f"{FORMAT_VERSION}: restore it with the release that wrote it"
+        )
+    return manifest
+
+
+def read_listing(archive: Path) -> Iterator[FileEntry]:
+    with (archive / LISTING).open("rb") as f:
+        for line in f:
+            entry = FileEntry.model_validate_json(line)
+            if not _LISTED_PATH.fullmatch(entry.path):
+                raise ArchiveError(f"{archive / LISTING} lists an invalid path {entry.path!r}")
+            yield entry
+
+
+def verify(archive: Path, manifest: Manifest) -> list[str]:
+    """Every checksum of the archive, pool blobs included; returns the problems found."""
+    problems: list[str] = []
+
+    def check(path: Path, sha256: str, size: int, what: str) -> None:
+        if not path.is_file():
+            problems.append(f"{what}: missing ({path})")
+        elif path.stat().st_size != size:
+            problems.append(f"{what}: {path.stat().st_size} bytes, the manifest says {size}")
+        elif sha256_file(path) != sha256:
+            problems.append(f"{what}: checksum mismatch ({path})")
+
+    parts = [manifest.database.part, manifest.listing]
+    parts += [p for c in manifest.index for p in c.parts]
+    for p in parts:
+        check(archive / p.path, p.sha256, p.bytes, p.path)
+    if any(problem.startswith(f"{LISTING}:") for problem in problems):
+        return problems  # the listing itself is not to be trusted
+    pool = pool_dir(archive.parent)
+    try:
+        for entry in read_listing(archive):
+            check(pool / entry.blob, entry.sha256, entry.bytes, entry.path)
+    except (ValidationError, ArchiveError) as e:
+        problems.append(f"{LISTING}: {e}")
+    return problems

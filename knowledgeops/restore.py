@@ -1,0 +1,189 @@
+"""Restore a backup archive: verify every checksum, refuse to mix it into existing data, then
+the database, the index points (upserted as exported: no embedding is paid again), the stored
+files and the chunk files.
+
+It runs in the calling process (the CLI), not on a worker: a restore replaces what workers
+work on, so nothing may run meanwhile. With the embedded index that is enforced (the index
+folder admits one process); with QDRANT_URL the operator stops the workers first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+from sqlalchemy import text
+
+from knowledgeops import database_dump
+from knowledgeops.backup_archive import (
+    Manifest,
+    copy_hashing,
+    load_manifest,
+    read_listing,
+    read_points,
+    resolve_archive,
+    verify,
+)
+from knowledgeops.settings import Settings
+from knowledgeops.stores import file_store
+from knowledgeops.stores.backups import pool_dir
+from knowledgeops.stores.database import Database, migrate_to_head
+from knowledgeops.stores.vector_store import QdrantLockedError, VectorStore
+
+_TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
+
+
+class RestoreRefusedError(RuntimeError):
+    """Nothing was written: the archive is damaged, or the target holds data."""
+
+
+class RestoreReport(BaseModel):
+    archive: str
+    database: str
+    documents: int
+    collections: int
+    points: int
+    stored_files: int
+    chunk_files: int
+    files_bytes: int
+
+
+async def existing_data(settings: Settings, db: Database, store: VectorStore) -> list[str]:
+    """What the target already holds (empty: safe to restore into)."""
+    found = []
+    async with db.sessions() as s:
+        for table, what in _TABLES.items():
+            n = int((await s.execute(text(f"SELECT COUNT(*) FROM {table}"))).scalar_one())
+            if n:
+                found.append(f"{n} {what}")
+    if settings.files_dir.is_dir():
+        n = sum(1 for p in settings.files_dir.iterdir() if file_store.FILE_ID_RE.fullmatch(p.name))
+        if n:
+            found.append(f"{n} stored files")
+    if settings.chunks_dir.is_dir():
+        n = sum(1 for p in settings.chunks_dir.iterdir() if p.suffix == ".jsonl")
+        if n:
+            found.append(f"chunk files of {n} documents")
+    points = sum([await store.count(c) for c in await store.collections()])
+    if points:
+        found.append(f"{points} index points")
+    return found
+
+
+def _open_index(settings: Settings) -> VectorStore:
+    try:
+        return VectorStore.open(settings)
+    except QdrantLockedError:
+        raise RestoreRefusedError(
+            f"The embedded index at {settings.qdrant_path} is held by another process (a "
+            "worker or `knowledgeops dev`): stop it, then run the restore again. Nothing was "
+            "restored."
+        ) from None
+
+
+def _restore_files(settings: Settings, archive: Path) -> tuple[int, int, int]:
+    pool = pool_dir(archive.parent)
+    stored = chunks = size = 0
+    for entry in read_listing(archive):
+        target = settings.data_dir / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if copy_hashing(pool / entry.blob, target) != entry.sha256:
+            raise RuntimeError(f"{pool / entry.blob} changed during the restore; run it again")
+        stored += entry.path.startswith("files/")
+        chunks += entry.path.startswith("chunks/")
+        size += entry.bytes
+    return stored, chunks, size
+
+
+async def restore_archive(
+    settings: Settings,
+    name_or_path: str,
+    *,
+    force: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+) -> RestoreReport:
+    archive = resolve_archive(settings, name_or_path)
+    manifest = load_manifest(archive)
+    # Held by a worker? Say so before spending minutes on checksums.
+    store = _open_index(settings)
+    try:
+        return await _restore(settings, archive, manifest, store, force, say)
+    finally:
+        store.close()
+
+
+async def _restore(
+    settings: Settings,
+    archive: Path,
+    manifest: Manifest,
+    store: VectorStore,
+    force: bool,
+    say: Callable[[str], None],
+) -> RestoreReport:
+    say(f"verifying {archive} ...")
+    problems = await asyncio.to_thread(verify, archive, manifest)
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise RestoreRefusedError(
+            f"{archive} failed verification; nothing was restored:\n  {shown}{more}\n"
+            "Restore an older archive (or repair this one from a copy)."
+        )
+    kind = database_dump.database_kind(settings)
+    if manifest.database.kind != kind:
+        raise RestoreRefusedError(
+            f"The archive holds a {manifest.database.kind} database but DATABASE_URL points to "
+            f"{kind}; set DATABASE_URL to a {manifest.database.kind} database. Nothing was "
+            "restored."
+        )
+    odd = [c.name for c in manifest.index if c.distance != "Cosine"]
+    if odd:
+        raise RestoreRefusedError(f"Collections {odd} do not use cosine distance; not ours.")
+    db = await Database.open(settings)
+    try:
+        found = await existing_data(settings, db, store)
+    finally:
+        await db.close()
+    if found and not force:
+        raise RestoreRefusedError(
+            f"The target is not empty ({', '.join(found)} in {settings.data_dir} / its "
+            "database); a restore over it would mix two states. Restore into an empty data "
+            "directory and database, or pass --force to replace them with the archive's. "
+            "Nothing was restored."
+        )
+    say(f"restoring the {kind} database ...")
+    db_file = archive / manifest.database.part.path
+    await database_dump.restore(settings, manifest.database.kind, db_file)
+    await migrate_to_head(settings.resolved_database_url)  # an older archive's schema
+    points = 0
+    for collection in manifest.index:
+        say(f"restoring {collection.points} points of {collection.name} ...")
+        if force:
+            await store.drop_collection(collection.name)
+        for part in collection.parts:
+            batch = await asyncio.to_thread(read_points, archive / part.path)
+            if batch:
+                await store.import_points(collection.name, collection.dimension, batch)
+            points += len(batch)
+    say(
+        f"restoring {manifest.stored_files} stored files and {manifest.chunk_files} chunk files ..."
+    )
+    stored, chunks, size = await asyncio.to_thread(_restore_files, settings, archive)
+    db = await Database.open(settings)
+    try:
+        async with db.sessions() as s:
+            documents = int((await s.execute(text("SELECT COUNT(*) FROM documents"))).scalar_one())
+    finally:
+        await db.close()
+    return RestoreReport(
+        archive=archive.name,
+        database=kind,
+        documents=documents,
+        collections=len(manifest.index),
+        points=points,
+        stored_files=stored,
+        chunk_files=chunks,
+        files_bytes=size,
+    )
