@@ -5,14 +5,19 @@ stored file, audit)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from knowledgeops.contracts.document_import import DocumentImportPayload, DocumentMetadata
+from knowledgeops.contracts.document_import import (
+    ChunkingOptions,
+    DocumentImportPayload,
+    DocumentMetadata,
+)
 from knowledgeops.embedding import model_id_for
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
@@ -69,13 +74,20 @@ class DocumentNotFoundError(LookupError):
     pass
 
 
+class DocumentOwnedElsewhereError(RuntimeError):
+    """An owner-bound caller named a document id that another owner's document has (409)."""
+
+
 class CancelPendingError(RuntimeError):
     """The document's import was asked to stop but has not stopped yet (503 at the API)."""
 
 
-def derive_document_id(file_id: str) -> str:
+def derive_document_id(file_id: str, owner: str | None = None) -> str:
     # Same bytes -> same document: re-importing a file updates it instead of adding a copy.
-    return "doc-" + file_id[:32]
+    # Per owner: two owners importing the same file get a document each, never one shared.
+    if owner is None:
+        return "doc-" + file_id[:32]
+    return "doc-" + hashlib.sha256(f"{owner}\x00{file_id}".encode()).hexdigest()[:32]
 
 
 def import_task_name(document_id: str) -> str:
@@ -144,18 +156,32 @@ class DocumentService:
         metadata: DocumentMetadata | None = None,
         idempotency_key: str | None = None,
         requested_by: str | None = None,
+        visible_to: str | None = None,
+        chunking: ChunkingOptions | None = None,
+        embed_batch_size: int | None = None,
     ) -> ImportRef:
-        doc_id = document_id or derive_document_id(file_id)
+        """Start the document's import under its one task id (a second import of the same
+        document joins or follows it, never races it). `visible_to`: the one owner the caller
+        may change; a document id of another owner's document is refused."""
+        meta = metadata or DocumentMetadata()
+        doc_id = document_id or derive_document_id(file_id, meta.owner)
+        if visible_to is not None:
+            exists, owner = await self._current_owner(doc_id)
+            if exists and owner != visible_to:
+                raise DocumentOwnedElsewhereError(
+                    f"Document id {doc_id!r} is taken; choose another document_id"
+                )
         payload = DocumentImportPayload(
             file_id=file_id,
             document_id=doc_id,
             filename=filename,
-            metadata=metadata or DocumentMetadata(),
-            chunking={
-                "chunk_tokens": self.settings.chunk_tokens,
-                "overlap_tokens": self.settings.chunk_overlap,
-            },
-            embed_batch_size=self.settings.embedding_batch_size,
+            metadata=meta,
+            chunking=chunking
+            or ChunkingOptions(
+                chunk_tokens=self.settings.chunk_tokens,
+                overlap_tokens=self.settings.chunk_overlap,
+            ),
+            embed_batch_size=embed_batch_size or self.settings.embedding_batch_size,
         )
         ref = await self.tasks.enqueue(
             TaskType.DOCUMENT_IMPORT,
@@ -163,22 +189,60 @@ class DocumentService:
             task_id=import_task_name(doc_id),
             idempotency_key=idempotency_key,
             requested_by=requested_by,
+            owner=meta.owner,
         )
         return ImportRef(task_id=ref.task_id, run_id=ref.run_id, document_id=doc_id)
 
     # -- read -----------------------------------------------------------------------------
 
+    async def _current_owner(self, document_id: str) -> tuple[bool, str | None]:
+        """(whether the document exists, listed or with its import queued; its owner)."""
+        row = await self.catalogue.get(document_id)
+        if row is not None:
+            return True, row.owner
+        try:
+            task_id = self.import_task_id(document_id)
+            if (await self.tasks.get_status(task_id)).finished:
+                return False, None
+            return True, (await self._queued_input(task_id)).metadata.owner
+        except TaskNotFoundError:
+            return False, None
+
     async def list(
-        self, *, limit: int = 50, offset: int = 0, owner: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        owner: str | None = None,
+        tags: Sequence[str] = (),
+        document_ids: Sequence[str] = (),
+        visible_to: str | None = None,
     ) -> DocumentPage:
-        rows, total = await self.catalogue.list(limit=limit, offset=offset, owner=owner)
+        """Documents of `owner` with every tag in `tags` (among `document_ids` when given);
+        `visible_to` limits the page to that owner's documents whatever else is asked."""
+        if visible_to is not None:
+            if owner is not None and owner != visible_to:
+                return DocumentPage(items=[], total=0)
+            owner = visible_to
+        rows, total = await self.catalogue.list(
+            limit=limit, offset=offset, owner=owner, tags=tags, document_ids=document_ids
+        )
         return DocumentPage(items=[_document(r) for r in rows], total=total)
 
-    async def get(self, document_id: str) -> DocumentDetail:
+    async def get(self, document_id: str, *, visible_to: str | None = None) -> DocumentDetail:
+        """`visible_to`: the one owner the caller may see; others' documents are not found."""
         row = await self.catalogue.get(document_id)
+        if row is not None and visible_to is not None and row.owner != visible_to:
+            raise DocumentNotFoundError(f"No document with id {document_id!r}")
         if row is None:
-            return await self._awaiting_import(document_id)
-        task = await self.tasks.get_status(row.last_task_id)
+            detail = await self._awaiting_import(document_id)
+            if visible_to is not None and detail.owner != visible_to:
+                raise DocumentNotFoundError(f"No document with id {document_id!r}")
+            return detail
+        try:
+            task: TaskStatus | None = await self.tasks.get_status(row.last_task_id)
+        except TaskNotFoundError:
+            task = None  # Temporal's retention removed the task; the catalogue still knows
         return DocumentDetail(
             **_document(row).model_dump(), task=task, points_in_index=await self._points(row)
         )

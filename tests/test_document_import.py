@@ -249,3 +249,32 @@ async def test_cancel_stops_embedding_and_removes_partial_points(
         assert fake_openai.embedded_count() < st.progress.total
         with pytest.raises(Exception, match="already finished"):
             await env.service.cancel(ref.task_id)
+
+
+async def test_document_outlives_its_task_in_temporal(env: Env) -> None:
+    """Temporal's retention removes closed tasks; the catalogue still answers for the document."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+
+    from starter.service import TaskNotFoundError
+
+    st = await import_and_wait(env, EXAMPLES / "spaced-repetition.txt", document_id="kept-doc")
+    assert st.status == "completed" and st.result is not None
+    # What retention does, done now: the closed execution is deleted from Temporal.
+    await env.client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(
+            namespace=env.settings.temporal_namespace,
+            workflow_execution=WorkflowExecution(workflow_id=st.task_id),
+        )
+    )
+    for _ in range(600):  # the server deletes asynchronously (measured: 20-30 s here)
+        try:
+            await env.service.get_status(st.task_id)
+        except TaskNotFoundError:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the execution was not deleted")
+    detail = await env.documents.get("kept-doc")
+    assert (detail.status, detail.task) == ("ready", None)
+    assert detail.points_in_index == detail.indexed_chunks == st.result["total_chunks"]
