@@ -30,6 +30,9 @@ from starter.http.serve import ApiServer
 log = logging.getLogger("knowledgeops")
 # How long `dev` waits for its worker process to load the model and serve the API.
 WORKER_READY_SECONDS = 180.0
+# A dev server that dies is restarted, unless it died this often this recently (a crash loop).
+RESTARTS_ALLOWED = 3
+RESTART_WINDOW = 300.0
 
 
 def configure_logging() -> None:
@@ -123,16 +126,41 @@ async def _wait_for_api(settings: Settings, worker: subprocess.Popen[bytes]) -> 
     raise TimeoutError(f"the worker did not serve {url} within {WORKER_READY_SECONDS:.0f} s")
 
 
+async def _restart_server(server: TemporalDevServer, restarts: list[float]) -> bool:
+    """Start a dead dev server again on the same SQLite file (every task is still there);
+    False once it has died RESTARTS_ALLOWED times within RESTART_WINDOW seconds."""
+    now = asyncio.get_running_loop().time()
+    restarts[:] = [t for t in restarts if now - t < RESTART_WINDOW] + [now]
+    if len(restarts) > RESTARTS_ALLOWED:
+        print(
+            f"error: the Temporal dev server keeps dying ({len(restarts)} times in "
+            f"{RESTART_WINDOW:.0f} s); giving up. See {server.log_file}",
+            flush=True,
+        )
+        return False
+    print(
+        f"the Temporal dev server exited (code {server.returncode}); restarting it "
+        f"(its SQLite file keeps every task). See {server.log_file}",
+        flush=True,
+    )
+    server.stop()
+    server.start()
+    await server.wait_ready()
+    print(f"Temporal dev server back on {server.address}", flush=True)
+    return True
+
+
 async def _supervise(
-    server: TemporalDevServer, worker: subprocess.Popen[bytes], stop: asyncio.Event
+    server: TemporalDevServer, worker: subprocess.Popen[bytes] | None, stop: asyncio.Event
 ) -> int:
-    """Until `stop`: a child that dies ends `dev` with a message and a non-zero exit."""
+    """Until `stop`: a dead dev server is restarted (bounded); a dead worker ends `dev` with
+    a message and a non-zero exit (its log above says why)."""
+    restarts: list[float] = []
     while not stop.is_set():
-        if worker.poll() is not None:
+        if worker is not None and worker.poll() is not None:
             print(f"error: the worker process exited (code {worker.returncode})", flush=True)
             return 1
-        if not server.running:
-            print(f"error: the Temporal dev server exited; see {server.log_file}", flush=True)
+        if not server.running and not await _restart_server(server, restarts):
             return 1
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
@@ -195,16 +223,20 @@ def run_server(settings: Settings) -> int:
     """Only the Temporal dev server, configured as `dev` configures it."""
     server = dev_server_for(settings)
 
+    code = 0
+
     async def main(stop: asyncio.Event) -> None:
+        nonlocal code
         server.start()
         try:
             await server.wait_ready()
             print(f"Temporal dev server on {server.address}, Web UI {server.ui_url}", flush=True)
-            await stop.wait()
+            code = await _supervise(server, None, stop)
         finally:
             server.stop()
 
-    return until_signal(main)
+    until_signal(main)
+    return code
 
 
 def run_api(settings: Settings) -> int:

@@ -157,3 +157,45 @@ async def test_run_starts_any_type_and_refuses_bad_payloads(settings: Settings) 
         assert status["status"] == "completed" and status["progress"]["unit"] == "chunks"
         assert status["progress"]["done"] == status["progress"]["total"] > 0
         assert await env.points("via-run") == status["result"]["total_chunks"]
+
+
+def _wait_for_line(log: Path, text: str, proc: subprocess.Popen[bytes], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.3)
+
+
+def test_dev_restarts_a_killed_temporal_server(tmp_path: Path) -> None:
+    port = _free_port_pair()
+    environ = {k: v for k, v in os.environ.items() if k not in _OUR_VARS}
+    environ |= {
+        "KNOWLEDGEOPS_DATA_DIR": str(tmp_path / "data"),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+        "API_PORT": str(free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
+    log_path = tmp_path / "dev.log"
+    with log_path.open("w") as log:
+        dev = subprocess.Popen([*CLI, "dev"], cwd=ROOT, env=environ, stdout=log, stderr=log)
+    try:
+        _wait_for_line(log_path, "knowledgeops is running", dev, 90)
+        r = cli(["import", str(EXAMPLES / "spaced-repetition.txt"), "--follow", "--json"], environ)
+        assert r.returncode == 0, r.stderr
+        [before] = json.loads(r.stdout)
+        [server] = [c for c in psutil.Process(dev.pid).children() if "temporal" in c.name()]
+        server.kill()  # SIGKILL: no chance to clean up
+        _wait_for_line(log_path, "Temporal dev server back on", dev, 60)
+        assert "restarting it" in log_path.read_text()
+        # Everything it knew is still there, and the worker carries on with new work.
+        r = cli(["status", before["task_id"], "--json"], environ)
+        assert r.returncode == 0 and json.loads(r.stdout)["status"] == "completed", r.stderr
+        r = cli(["import", str(EXAMPLES / "temporal-retries.md"), "--follow", "--json"], environ)
+        assert r.returncode == 0, r.stderr + log_path.read_text()[-3000:]
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(30) == 0
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
