@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import struct
 import threading
 import time
@@ -33,11 +34,15 @@ class FakeOpenAI:
     faults: deque[Fault] = field(default_factory=deque)
     # Faults by request number (1-based), e.g. fail the 3rd request after two good ones.
     fail_on: dict[int, Fault] = field(default_factory=dict)
+    # Random faults by status, e.g. {429: 0.2, 500: 0.1} (seeded: a run can be repeated).
+    fault_rates: dict[int, float] = field(default_factory=dict)
+    seed: int = 7
     inputs: list[str] = field(default_factory=list)
     requests: int = 0
     request_times: list[float] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _random: random.Random | None = None
 
     @property
     def base_url(self) -> str:
@@ -53,6 +58,16 @@ class FakeOpenAI:
         vec = [x / 2**31 for x in ints]
         norm = sum(v * v for v in vec) ** 0.5 or 1.0
         return [v / norm for v in vec]
+
+    def random_fault(self) -> Fault | None:
+        if self._random is None:
+            self._random = random.Random(self.seed)
+        roll = self._random.random()
+        for status, rate in sorted(self.fault_rates.items()):
+            if roll < rate:
+                return Fault(status, retry_after=0.5 if status == 429 else None)
+            roll -= rate
+        return None
 
     def duplicates(self) -> int:
         with self._lock:
@@ -91,6 +106,8 @@ class FakeOpenAI:
                     fault = fake.fail_on.pop(fake.requests, None)
                     if fault is None and fake.faults:
                         fault = fake.faults.popleft()
+                    if fault is None and fake.fault_rates:
+                        fault = fake.random_fault()
                 if not self.path.rstrip("/").endswith("/embeddings"):
                     return self._send(404, _err("not found", "invalid_request_error"), {})
                 if self.headers.get("Authorization") != f"Bearer {fake.api_key}":
