@@ -54,7 +54,7 @@ def detect_format(path: Path, filename: str) -> str:
             raise DocumentError(
                 "UnsupportedFormat", f"{filename} is {what}; supported: {SUPPORTED}"
             )
-    if b"\x00" in head and not head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+    if b"\x00" in head and not text_encoding(head).startswith(("utf_16", "utf_32")):
         raise DocumentError(
             "UnsupportedFormat", f"{filename} looks like binary data; supported: {SUPPORTED}"
         )
@@ -90,3 +90,47 @@ def _zip_format(path: Path, filename: str) -> str:
             "refusing a possible zip bomb",
         )
     return "docx"
+
+
+# Multi-byte codecs the detector is trusted with (its single-byte Latin guesses are not).
+_MULTIBYTE = ("utf_16", "utf_32", "gb", "big5", "cp932", "shift_jis", "euc", "cp949", "cp950")
+_BOMS = [
+    (codecs.BOM_UTF32_LE, "utf_32"),
+    (codecs.BOM_UTF32_BE, "utf_32"),
+    (codecs.BOM_UTF8, "utf_8_sig"),
+    (codecs.BOM_UTF16_LE, "utf_16"),
+    (codecs.BOM_UTF16_BE, "utf_16"),
+]
+
+
+def text_encoding(sample: bytes) -> str:
+    """The encoding of a text file from its first bytes: a BOM is authoritative, then valid
+    UTF-8, then a well-kept detector (charset-normalizer) for UTF-16/32 without BOM and the CJK
+    codecs (GB18030, Big5, Shift-JIS...). Any other legacy single-byte text is read as cp1252,
+    a superset of Latin-1: the detector, on short Western samples, picks Central European
+    code pages (measured: French cp1252 text detected as cp1250, "Où" read as "Oů"), so
+    cp1250 / cp1257 files must be re-saved as UTF-8 (say so when they look wrong)."""
+    for bom, name in _BOMS:  # UTF-32 LE's BOM starts with UTF-16 LE's: longest first
+        if sample.startswith(bom):
+            return name
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+        return "utf_8"
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(sample).best()
+    if best is not None:
+        name = codecs.lookup(best.encoding).name.replace("-", "_")
+        if name.startswith(_MULTIBYTE):
+            return name
+    return "cp1252" if _decodes(sample, "cp1252") else "latin_1"
+
+
+def _decodes(sample: bytes, encoding: str) -> bool:
+    try:
+        codecs.getincrementaldecoder(encoding)().decode(sample, final=False)
+        return True
+    except UnicodeDecodeError:
+        return False

@@ -156,3 +156,27 @@ def test_bad_files_fail_with_a_clear_error(tmp_path: Path, case: str) -> None:
     assert info.value.kind == kind
     assert words in info.value.message
     assert not list((tmp_path / "c").glob("*")), "a failed parse must leave no chunk files"
+
+
+ENCODED_TEXTS = [
+    ("latin-1", "Straße München Übung Ärger. Die Größe der Äpfel überraschte alle."),
+    ("cp1252", "L’élève a été très fâché — « Où est la clé ? » Ça coûte 5 €."),
+    ("utf-16", "UTF-16 with its BOM: Straße, 为什么, Où."),
+    ("utf-16-le", "UTF-16 little-endian without a BOM: Straße und Übung, Où est-il ?"),
+    ("utf-16-be", "UTF-16 big-endian without a BOM: Straße und Übung, Où est-il ?"),
+    ("gb18030", "为什么要把长文档切分成块？因为向量检索需要较短的文本片段。"),
+    ("big5", "為什麼要把長文件切分成塊？因為向量檢索需要較短的文本片段。"),
+    ("shift_jis", "なぜ長い文書をチャンクに分割するのですか？ベクトル検索には短い文が必要です。"),
+]
+
+
+@pytest.mark.parametrize(("encoding", "text"), ENCODED_TEXTS)
+def test_text_encodings_round_trip_exactly(tmp_path: Path, encoding: str, text: str) -> None:
+    # A few lines, as a real note would have; one chunk, so the text comes back whole.
+    body = "\n".join([text] * 3) + "\n"
+    path = tmp_path / f"note-{encoding}.txt"
+    path.write_bytes(body.encode(encoding))
+    one_chunk = ChunkingOptions(chunk_tokens=4000, overlap_tokens=0)
+    result = asyncio.run(run_parse(path, path.name, "doc1", tmp_path / "c", one_chunk, 1024))
+    [chunk] = ChunkReader(tmp_path / "c", "doc1").read(0, 10)
+    assert result.total_chunks == 1 and chunk.text == body.strip()

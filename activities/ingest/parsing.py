@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from knowledgeops.errors import DocumentError
+from knowledgeops.formats import text_encoding
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +40,11 @@ def parse(path: Path, fmt: str, filename: str) -> Iterator[Section]:
     raise DocumentError("UnsupportedFormat", f"unsupported format {fmt!r}")
 
 
-def _pick_encoding(sample: bytes) -> str:
-    if sample.startswith(codecs.BOM_UTF8):
-        return "utf-8-sig"
-    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "utf-16"
-    for enc in ("utf-8", "gb18030"):
-        try:
-            codecs.getincrementaldecoder(enc)().decode(sample, final=False)
-            return enc
-        except UnicodeDecodeError:
-            continue
-    return "latin-1"
-
-
 def _read_text_blocks(path: Path, filename: str) -> Iterator[str]:
     """Decode incrementally and yield blocks of about TEXT_BLOCK_BYTES cut at a line break."""
     with path.open("rb") as f:
         sample = f.read(64 * 1024)
-        encoding = _pick_encoding(sample)
+        encoding = text_encoding(sample)
         f.seek(0)
         decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
         carry = ""
@@ -117,7 +104,7 @@ def parse_html(path: Path, filename: str) -> Iterator[Section]:
     from selectolax.lexbor import LexborHTMLParser
 
     raw = path.read_bytes()
-    tree = LexborHTMLParser(raw.decode(_pick_encoding(raw[:65536]), errors="replace"))
+    tree = LexborHTMLParser(raw.decode(text_encoding(raw[:65536]), errors="replace"))
     for node in tree.css("script, style, noscript, template, svg, head > *:not(title)"):
         node.decompose()
     title_node = tree.css_first("title")
