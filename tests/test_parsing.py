@@ -180,3 +180,58 @@ def test_text_encodings_round_trip_exactly(tmp_path: Path, encoding: str, text: 
     result = asyncio.run(run_parse(path, path.name, "doc1", tmp_path / "c", one_chunk, 1024))
     [chunk] = ChunkReader(tmp_path / "c", "doc1").read(0, 10)
     assert result.total_chunks == 1 and chunk.text == body.strip()
+
+
+DATA = Path(__file__).resolve().parent / "data"
+ONE_CHUNK = ChunkingOptions(chunk_tokens=4000, overlap_tokens=0)
+
+
+def _parse_whole(tmp_path: Path, path: Path) -> list[object]:
+    asyncio.run(run_parse(path, path.name, "doc1", tmp_path / "c", ONE_CHUNK, 1024))
+    return ChunkReader(tmp_path / "c", "doc1").read(0, 10_000)
+
+
+def test_web_page_indexes_the_article_not_the_page_furniture(tmp_path: Path) -> None:
+    chunks = _parse_whole(tmp_path, DATA / "news-article.html")
+    text = "\n".join(c.text for c in chunks)  # type: ignore[attr-defined]
+    for furniture in (
+        "cookies",
+        "Subscribe",
+        "ADVERTISEMENT",
+        "Share on Facebook",
+        "Related stories",
+        "newsletter",
+        "Privacy policy",
+        "All rights reserved",
+    ):
+        assert furniture not in text, furniture
+    article = (
+        "Swiss glaciers lost about ten percent",
+        "Saharan dust that settled",
+        "could disappear entirely within two decades",
+        "Aletsch | 2.4 m",  # tables are kept, a row per line
+    )
+    assert all(a in text for a in article)
+    headings = {c.heading for c in chunks}  # type: ignore[attr-defined]
+    assert any(h and h.endswith("> Measurements at the stations") for h in headings), headings
+    # Indexed words / main-content words: the measure, target <= 1.10.
+    main_words = 0
+    html = (DATA / "news-article.html").read_text()
+    start, end = html.index("<h1>"), html.index("</article>")
+    from selectolax.lexbor import LexborHTMLParser
+
+    body = LexborHTMLParser(html[start:end]).text(separator=" ")
+    main_words = len(body.split()) - len("By A. Reporter, Science correspondent".split())
+    main_words -= len("Share on Facebook · Share on X · Share by email · Copy link".split())
+    assert len(text.split()) / main_words <= 1.10
+
+
+def test_page_without_main_content_falls_back_to_its_text(tmp_path: Path) -> None:
+    page = tmp_path / "links.html"
+    page.write_text(
+        "<html><head><title>Links</title></head><body><ul>"
+        + "".join(f"<li><a href='/{i}'>Resource {i}</a></li>" for i in range(5))
+        + "</ul></body></html>"
+    )
+    chunks = _parse_whole(tmp_path, page)
+    assert chunks and "Resource 3" in chunks[0].text  # type: ignore[attr-defined]

@@ -101,10 +101,72 @@ def parse_markdown(path: Path, filename: str) -> Iterator[Section]:
 
 
 def parse_html(path: Path, filename: str) -> Iterator[Section]:
+    """The page's main content (trafilatura: no navigation, share bars, footers, ads), with
+    its title, heading path and tables; the whole page's text where no main content is found,
+    rather than nothing."""
+    raw = path.read_bytes()
+    html = raw.decode(text_encoding(raw[:65536]), errors="replace")
+    main = _main_content(html)
+    yield from main if main else _full_text(html)
+
+
+def _main_content(html: str) -> list[Section] | None:
+    import trafilatura
+    from lxml import etree
+
+    # favor_recall: on short pages the default drops headings (measured on examples/), and
+    # recall matters more than the last few boilerplate words.
+    xml = trafilatura.extract(
+        html,
+        output_format="xml",
+        include_tables=True,
+        include_formatting=True,
+        include_comments=False,
+        include_links=False,
+        include_images=False,
+        with_metadata=True,
+        favor_recall=True,
+    )
+    if not xml:
+        return None
+    doc = etree.fromstring(xml.encode())
+    main = doc.find("main")
+    if main is None:
+        return None
+    title = doc.get("title") or None
+    sections: list[Section] = []
+    path_: list[tuple[int, str]] = []
+    buf: list[str] = []
+
+    def flush() -> None:
+        text = "\n".join(buf).strip()
+        buf.clear()
+        if text:
+            sections.append(Section(text=text, heading=" > ".join(h for _, h in path_) or title))
+
+    for el in main:
+        text = " ".join("".join(el.itertext()).split())
+        if el.tag == "head":
+            flush()
+            rend = el.get("rend") or "h2"
+            level = int(rend[1]) if rend[1:].isdigit() else 2
+            path_ = [p for p in path_ if p[0] < level] + [(level, text)]
+            buf.append(text)
+        elif el.tag == "table":
+            for row in el.iter("row"):
+                buf.append(" | ".join(" ".join("".join(c.itertext()).split()) for c in row))
+        elif el.tag == "list":
+            buf.extend(f"- {' '.join(''.join(i.itertext()).split())}" for i in el.iter("item"))
+        elif text:
+            buf.append(text)
+    flush()
+    return sections or None
+
+
+def _full_text(html: str) -> Iterator[Section]:
     from selectolax.lexbor import LexborHTMLParser
 
-    raw = path.read_bytes()
-    tree = LexborHTMLParser(raw.decode(text_encoding(raw[:65536]), errors="replace"))
+    tree = LexborHTMLParser(html)
     for node in tree.css("script, style, noscript, template, svg, head > *:not(title)"):
         node.decompose()
     title_node = tree.css_first("title")
