@@ -21,10 +21,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
 from knowledgeops.settings import Settings, SettingsError, load_settings
-from knowledgeops.task_types import COMMON_ACTIVITY_CLASSES, REGISTRY, load
+from knowledgeops.task_types import COMMON_ACTIVITY_CLASSES, REGISTRY, TaskQueue, load
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.http.serve import ApiServer
 from starter.processes import configure_logging, run_until_stopped, until_signal
@@ -42,6 +43,14 @@ class QueuePlan:
 
     workflows: list[type] = field(default_factory=list)
     activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # Activities its worker runs at once; None: WORKER_MAX_ACTIVITIES.
+    max_activities: int | None = None
+
+
+# Queues whose worker runs fewer activities at once than WORKER_MAX_ACTIVITIES.
+QUEUE_CAPACITY: dict[TaskQueue, Callable[[Settings], int]] = {
+    TaskQueue.PARSE: lambda s: s.parser_concurrency,
+}
 
 
 def activity_methods(obj: object) -> dict[str, Callable[..., Any]]:
@@ -69,7 +78,17 @@ def plan_queues(resources: Resources) -> dict[str, QueuePlan]:
         for path in (*COMMON_ACTIVITY_CLASSES, *spec.activity_classes):
             if path not in instances:
                 instances[path] = load(path)(resources)
-            plan.activities |= activity_methods(instances[path])
+            for name, method in activity_methods(instances[path]).items():
+                own = spec.activities.get(name)
+                if own is None or own.task_queue is None:
+                    plan.activities[name] = method
+                    continue
+                # An activity with a queue of its own is registered there only.
+                queue = resources.settings.queue(own.task_queue.value)
+                capacity = QUEUE_CAPACITY.get(own.task_queue)
+                other = plans.setdefault(queue, QueuePlan())
+                other.activities[name] = method
+                other.max_activities = capacity(resources.settings) if capacity else None
     return plans
 
 
@@ -81,7 +100,8 @@ def build_workers(client: Client, resources: Resources) -> Sequence[Worker]:
             task_queue=queue,
             workflows=plan.workflows,
             activities=list(plan.activities.values()),
-            max_concurrent_activities=resources.settings.worker_max_activities,
+            max_concurrent_activities=plan.max_activities
+            or resources.settings.worker_max_activities,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=timedelta(seconds=5),
@@ -104,6 +124,9 @@ async def run_worker(
     async with open_resources(settings) as resources:
         workers = build_workers(client, resources)
         tasks = [asyncio.create_task(w.run()) for w in workers]
+        # What operators do in Temporal's Web UI / CLI shows up in our events and audit log.
+        reconciler = OperatorActions(client, settings, resources.db)
+        tasks.append(asyncio.create_task(reconciler.run(stop)))
         api = None
         if serve_api:
             # Its own client: requests fail fast (503) while the workers' client keeps retrying.

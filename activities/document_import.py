@@ -6,6 +6,7 @@ from temporalio import activity
 
 from activities.ingest.indexing import index_document
 from activities.ingest.parse_runner import run_parse
+from activities.ingest.parser_process import ParserLimits
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.contracts.document_import import (
     DELETE_DOCUMENT_POINTS,
@@ -39,8 +40,7 @@ class ImportActivities:
         if not path.is_file():
             raise bad_input(
                 "FileNotFound",
-                f"stored file {req.file_id} does not exist in {self.settings.files_dir}; "
-                "upload it again",
+                f"stored file {req.file_id} does not exist; upload it again",
             )
         size = path.stat().st_size
         if size > self.settings.max_file_bytes:
@@ -58,6 +58,12 @@ class ImportActivities:
                     self.settings.chunks_dir,
                     req.chunking,
                     self.settings.parser_memory_mb,
+                    ParserLimits(
+                        cpu_seconds=self.settings.parser_cpu_seconds,
+                        wall_seconds=self.settings.parser_wall_seconds,
+                        max_chunks=self.settings.max_document_chunks,
+                        max_characters=self.settings.max_document_characters,
+                    ),
                 )
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None

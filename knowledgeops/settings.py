@@ -6,9 +6,13 @@ pass what a workflow needs in its input.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,12 +58,46 @@ class Settings(BaseSettings):
     database_url: str = Field(default="", alias="DATABASE_URL")
     # Admin API bearer tokens as "token:operator,token2:operator2". Empty: admin API refused.
     admin_tokens: str = Field(default="", alias="ADMIN_TOKENS")
+    # Public API bearer tokens as "token:caller[:owner],..." (caller: the audit actor; owner:
+    # the one owner the token is limited to). Empty: the API is open, on loopback only.
+    api_tokens: str = Field(default="", alias="API_TOKENS")
+    # The token the CLI sends to the running API; empty: the first of API_TOKENS.
+    api_token: str = Field(default="", alias="API_TOKEN")
+    # Host names the API answers to (DNS rebinding guard), comma-separated; "*.example.org"
+    # matches subdomains. Empty: localhost, 127.0.0.1, ::1, API_HOST and API_URL's host.
+    api_allowed_hosts: str = Field(default="", alias="API_ALLOWED_HOSTS")
     # Largest task payload accepted by TaskQueueService (content goes by file id instead).
     payload_max_bytes: int = Field(default=64 * 1024, gt=0, alias="PAYLOAD_MAX_BYTES")
     upload_max_bytes: int = Field(default=100 * 1024 * 1024, gt=0, alias="UPLOAD_MAX_BYTES")
-    # Domain events are POSTed here, signed with HMAC-SHA256 of WEBHOOK_SECRET (comma-separated).
+    # Uploads and imports are refused (429) while files waiting for or in an import add up to
+    # more than this: the local embedder does ~35 chunks/s, ~1 h for 256 MiB. 0: no limit.
+    ingest_backlog_max_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=0, alias="INGEST_BACKLOG_MAX_BYTES"
+    )
+    # Any other request body (JSON): refused with 413 while it is read, before parsing or auth.
+    request_max_bytes: int = Field(default=1024 * 1024, ge=1024, alias="REQUEST_MAX_BYTES")
+    # Server-Sent Events streams open at once (each holds a connection and polls); 503 beyond.
+    sse_max_streams: int = Field(default=100, ge=1, alias="SSE_MAX_STREAMS")
+    # Per-document parser limits: CPU seconds, wall-clock seconds, and what one document may
+    # expand to (a small compressed file can hold gigabytes of text).
+    parser_cpu_seconds: int = Field(default=300, ge=1, alias="PARSER_CPU_SECONDS")
+    parser_wall_seconds: int = Field(default=600, ge=1, alias="PARSER_WALL_SECONDS")
+    max_document_chunks: int = Field(default=100_000, ge=1, alias="MAX_DOCUMENT_CHUNKS")
+    max_document_characters: int = Field(default=200_000_000, ge=1, alias="MAX_DOCUMENT_CHARACTERS")
+    # Parsers run at once per worker (a queue of their own: waiting is no attempt's time).
+    parser_concurrency: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), ge=1, alias="PARSER_CONCURRENCY"
+    )
+    # Domain events are POSTed to these http(s) URLs (comma-separated) as Standard Webhooks,
+    # signed with WEBHOOK_SECRET: "whsec_<base64 of 24-64 random bytes>", or a raw string of 24+
+    # bytes used as the key as is. Required when WEBHOOK_URLS is set.
     webhook_urls: str = Field(default="", alias="WEBHOOK_URLS")
     webhook_secret: str = Field(default="", alias="WEBHOOK_SECRET")
+    # An event a URL keeps refusing is given up (recorded as dead, delivery moves on) after
+    # this many attempts (3 for a 4xx other than 408/429), or at its first failure once it is
+    # older than WEBHOOK_MAX_AGE_SECONDS.
+    webhook_max_attempts: int = Field(default=15, ge=1, le=1000, alias="WEBHOOK_MAX_ATTEMPTS")
+    webhook_max_age_seconds: int = Field(default=86400, ge=60, alias="WEBHOOK_MAX_AGE_SECONDS")
 
     # Maintenance: backups kept (older ones are removed after a successful backup and by
     # cleanup), retention of domain events and audit records (audit kept longest).
@@ -82,6 +120,47 @@ class Settings(BaseSettings):
         size = data.get("chunk_tokens", 512)
         if v >= size:
             raise ValueError(f"must be smaller than CHUNK_TOKENS ({size})")
+        return v
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _api_tokens_fit(cls, v: str) -> str:
+        # Caller and owner end up in 200-character columns (audit actor, document owner).
+        for item in v.split(","):
+            token, _, rest = item.strip().partition(":")
+            caller, _, owner = rest.partition(":")
+            if item.strip() and (len(token) < 16 or len(caller) > 200 or len(owner) > 200):
+                raise ValueError(
+                    "each entry is token:caller[:owner] with a token of 16+ characters and "
+                    "caller / owner of at most 200 characters"
+                )
+        return v
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _webhook_urls_are_http(cls, v: str) -> str:
+        for url in split_urls(v):
+            try:
+                parts = urlsplit(url)
+                ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+            except ValueError:
+                ok = False
+            if not ok or len(url) > 1000:
+                raise ValueError(
+                    f"{url[:100]!r} is not an http(s) URL with a host (of at most 1000 "
+                    "characters); give WEBHOOK_URLS as https://host/path,https://other/path"
+                )
+        return v
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _webhook_secret_signs(cls, v: str, info: object) -> str:
+        urls = getattr(info, "data", {}).get("webhook_urls", "")
+        if not v:
+            if split_urls(urls):
+                raise ValueError(_NO_WEBHOOK_SECRET)
+            return v
+        webhook_key(v)
         return v
 
     @field_validator("audit_retention_days")
@@ -122,6 +201,19 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{(self.data_dir / 'app.db').resolve()}"
 
+    def webhook_url_list(self) -> list[str]:
+        return split_urls(self.webhook_urls)
+
+    def webhook_signing_key(self) -> bytes:
+        """The HMAC key webhooks are signed with (settings built in code skip the validators:
+        an empty or unusable secret is refused here too)."""
+        if not self.webhook_secret:
+            raise SettingsError(_NO_WEBHOOK_SECRET)
+        try:
+            return webhook_key(self.webhook_secret)
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
+
     def admin_operators(self) -> dict[str, str]:
         """token -> operator name."""
         out: dict[str, str] = {}
@@ -130,6 +222,29 @@ class Settings(BaseSettings):
             if token:
                 out[token] = operator or "admin"
         return out
+
+    def api_callers(self) -> dict[str, tuple[str, str | None]]:
+        """token -> (caller name, owner the token is bound to or None)."""
+        out: dict[str, tuple[str, str | None]] = {}
+        for item in self.api_tokens.split(","):
+            token, _, rest = item.strip().partition(":")
+            caller, _, owner = rest.partition(":")
+            if token:
+                out[token] = (caller or "api", owner or None)
+        return out
+
+    def client_api_token(self) -> str:
+        """The token a client of this deployment's API sends (API_TOKEN, else the first)."""
+        return self.api_token or next(iter(self.api_callers()), "")
+
+    def allowed_hosts(self) -> list[str]:
+        given = [h.strip().lower() for h in self.api_allowed_hosts.split(",") if h.strip()]
+        if given:
+            return given
+        hosts = ["localhost", "127.0.0.1", "::1", self.api_host.lower()]
+        if self.api_url:
+            hosts.append((urlsplit(self.api_url).hostname or "").lower())
+        return [h for h in hosts if h]
 
     @property
     def resolved_api_url(self) -> str:
@@ -148,6 +263,44 @@ class Settings(BaseSettings):
 
     def task_id(self, name: str) -> str:
         return f"{self.prefix}{name}"
+
+
+_NO_WEBHOOK_SECRET = (
+    "WEBHOOK_SECRET is empty but WEBHOOK_URLS is set: webhooks are always signed. Set "
+    'WEBHOOK_SECRET=whsec_<base64 of 32 random bytes> (python -c "import base64,secrets; '
+    "print('whsec_'+base64.b64encode(secrets.token_bytes(32)).decode())\") and give the "
+    "receivers the same value, or unset WEBHOOK_URLS"
+)
+# The Standard Webhooks specification's smallest recommended key (192 bits).
+WEBHOOK_KEY_MIN_BYTES = 24
+
+
+def split_urls(value: str) -> list[str]:
+    return [u.strip() for u in value.split(",") if u.strip()]
+
+
+def webhook_key(secret: str) -> bytes:
+    """The HMAC key of WEBHOOK_SECRET: `whsec_<base64>` decoded as the Standard Webhooks
+    specification says; any other string is the key as is (its UTF-8 bytes), so a secret can
+    never be read two ways. ValueError, naming the setting, when it is not usable."""
+    if secret.startswith("whsec_"):
+        encoded = secret.removeprefix("whsec_")
+        try:
+            # Strict: a receiver's library skips characters outside base64, which would give
+            # it a different key than ours.
+            key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+        except binascii.Error:
+            raise ValueError(
+                "WEBHOOK_SECRET starts with whsec_ but the rest is not standard base64"
+            ) from None
+    else:
+        key = secret.encode()
+    if len(key) < WEBHOOK_KEY_MIN_BYTES:
+        raise ValueError(
+            f"WEBHOOK_SECRET gives a {len(key)}-byte key; use at least {WEBHOOK_KEY_MIN_BYTES} "
+            "random bytes (whsec_ + base64 of 32 random bytes)"
+        )
+    return key
 
 
 class SettingsError(RuntimeError):

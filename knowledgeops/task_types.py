@@ -86,6 +86,9 @@ class TaskQueue(StrEnum):
     AI = "knowledgeops-ai"
     MAINTENANCE = "knowledgeops-maintenance"
     AGENTS = "knowledgeops-agents"
+    # Only parse activities; its workers run PARSER_CONCURRENCY at once, so a parse waits for
+    # a parser in the queue (schedule-to-start), outside its attempt's start-to-close clock.
+    PARSE = "knowledgeops-parse"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class ActivityOptions:
     start_to_close: timedelta
     retry_policy: RetryPolicy
     heartbeat_timeout: timedelta | None = None
+    # A queue of its own (e.g. a capacity-limited pool); None: the task type's queue.
+    task_queue: TaskQueue | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `workflow.execute_activity`."""
@@ -188,6 +193,7 @@ REGISTRY: dict[TaskType, TaskSpec] = {
                     start_to_close=timedelta(minutes=30),
                     heartbeat_timeout=timedelta(seconds=30),
                     retry_policy=_retry(3),
+                    task_queue=TaskQueue.PARSE,
                 ),
                 # Embeds a whole document batch by batch; the heartbeat carries the checkpoint.
                 EMBED_AND_UPSERT.name: ActivityOptions(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -19,6 +22,11 @@ from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
 FAIL_FAST = RetryConfig(max_elapsed_time_millis=800, max_retries=3, max_interval_millis=400)
 
 
+# Temporal records the identity of whoever cancels or terminates; ours is recognisable, so the
+# reconciler of operators' own actions (operator_actions.py) does not audit ours a second time.
+OUR_IDENTITY = f"knowledgeops:{os.getpid()}@{socket.gethostname()}"
+
+
 async def connect(settings: Settings, *, fail_fast: bool = False) -> Client:
     try:
         return await Client.connect(
@@ -26,6 +34,7 @@ async def connect(settings: Settings, *, fail_fast: bool = False) -> Client:
             namespace=settings.temporal_namespace,
             data_converter=pydantic_data_converter,
             retry_config=FAIL_FAST if fail_fast else None,
+            identity=OUR_IDENTITY,
         )
     except RuntimeError as e:
         raise ConnectionError(

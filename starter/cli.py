@@ -131,7 +131,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def actor() -> str:
     """Who the audit log names for a CLI action."""
-    return f"cli:{os.environ.get('USER', 'unknown')}"
+    return f"cli:{os.environ.get('USER', 'unknown')}"[:200]  # the audit column's width
 
 
 @asynccontextmanager

@@ -52,8 +52,12 @@ async def _via_api(settings: Settings, method: str, path: str, **params: Any) ->
     if settings.qdrant_url:
         return _NOBODY
     query = {k: v for k, v in params.items() if v is not None}
+    # X-Requested-With: what the API asks of state changes while it runs without tokens.
+    headers = {"X-Requested-With": "knowledgeops-cli"}
+    if token := settings.client_api_token():
+        headers["Authorization"] = f"Bearer {token}"
     try:
-        async with httpx.AsyncClient(timeout=180) as http:
+        async with httpx.AsyncClient(timeout=180, headers=headers) as http:
             r = await http.request(method, f"{settings.resolved_api_url}{path}", params=query)
     except httpx.ConnectError:
         return _NOBODY
@@ -126,7 +130,8 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
             print_status(detail.task)
         return 0
     reason = args.reason
-    raw = await _via_api(settings, "DELETE", path, reason=reason, actor=actor())
+    # Through the API the audit names the API token's caller (API_TOKEN), not this user.
+    raw = await _via_api(settings, "DELETE", path, reason=reason)
     if raw is _NOBODY:
         async with _document_service(settings, with_index=True) as documents:
             deleted = await documents.delete(args.document_id, reason=reason, actor=actor())

@@ -23,11 +23,13 @@ from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
+from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.chunk_store import delete_chunks
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.task_types import TaskType
+from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.service import TaskNotFoundError, TaskQueueService, TaskStatus
 
 # How long a delete waits for the document's import to stop (cancel + index clean-up).
@@ -109,6 +111,7 @@ class DocumentService:
         self.settings = settings
         # The index is needed to count and delete points; listing works without it.
         self.store = store
+        self.admission = Admission(tasks.client, settings)
         self.collection = VectorStore.collection_name(model_id_for(settings))
 
     def import_task_id(self, document_id: str) -> str:
@@ -116,9 +119,13 @@ class DocumentService:
 
     # -- import ---------------------------------------------------------------------------
 
-    async def store_upload(self, blocks: Iterable[bytes], filename: str, limit: int) -> str:
+    async def store_upload(
+        self, blocks: Iterable[bytes], filename: str, limit: int, size: int = 0
+    ) -> str:
         """Stream an upload into storage and sniff it; a file that is no document is removed
-        again (unless another document has the same bytes) and raises DocumentError."""
+        again (unless another document has the same bytes) and raises DocumentError. While the
+        import backlog is full, BacklogFullError and nothing is stored."""
+        await self.admission.admit(size)
         s = self.settings
         file_id = await asyncio.to_thread(
             file_store.store_blocks, s.files_dir, blocks, filename, limit
@@ -140,6 +147,7 @@ class DocumentService:
         metadata: DocumentMetadata | None = None,
     ) -> ImportRef:
         """Store a local file (streamed, hashed) and start its DOCUMENT_IMPORT."""
+        await self.admission.admit((await asyncio.to_thread(path.stat)).st_size)
         file_id = await asyncio.to_thread(
             file_store.store_path, self.settings.files_dir, path, self.settings.max_file_bytes
         )
@@ -165,12 +173,7 @@ class DocumentService:
         may change; a document id of another owner's document is refused."""
         meta = metadata or DocumentMetadata()
         doc_id = document_id or derive_document_id(file_id, meta.owner)
-        if visible_to is not None:
-            exists, owner = await self._current_owner(doc_id)
-            if exists and owner != visible_to:
-                raise DocumentOwnedElsewhereError(
-                    f"Document id {doc_id!r} is taken; choose another document_id"
-                )
+        await self.check_document_id(doc_id, visible_to)
         payload = DocumentImportPayload(
             file_id=file_id,
             document_id=doc_id,
@@ -183,6 +186,7 @@ class DocumentService:
             ),
             embed_batch_size=embed_batch_size or self.settings.embedding_batch_size,
         )
+        size = await asyncio.to_thread(self._stored_size, file_id)
         ref = await self.tasks.enqueue(
             TaskType.DOCUMENT_IMPORT,
             payload,
@@ -190,10 +194,32 @@ class DocumentService:
             idempotency_key=idempotency_key,
             requested_by=requested_by,
             owner=meta.owner,
+            # The backlog admission measures: bytes waiting for or in an import.
+            memo={FILE_BYTES_MEMO: size},
         )
+        self.admission.note(size)
         return ImportRef(task_id=ref.task_id, run_id=ref.run_id, document_id=doc_id)
 
+    async def admit_stored(self, file_id: str) -> None:
+        """Refuse (BacklogFullError) an import of an already stored file while the backlog is
+        full; uploads and local files are admitted before they are stored."""
+        await self.admission.admit(await asyncio.to_thread(self._stored_size, file_id))
+
+    def _stored_size(self, file_id: str) -> int:
+        path = file_store.path_for(self.settings.files_dir, file_id)
+        return path.stat().st_size if path.is_file() else 0
+
     # -- read -----------------------------------------------------------------------------
+
+    async def check_document_id(self, document_id: str, visible_to: str | None) -> None:
+        """Refuse an owner-bound caller a document id another owner's document has."""
+        if visible_to is None:
+            return
+        exists, owner = await self._current_owner(document_id)
+        if exists and owner != visible_to:
+            raise DocumentOwnedElsewhereError(
+                f"Document id {document_id!r} is taken; choose another document_id"
+            )
 
     async def _current_owner(self, document_id: str) -> tuple[bool, str | None]:
         """(whether the document exists, listed or with its import queued; its owner)."""
@@ -287,20 +313,30 @@ class DocumentService:
 
     # -- delete ---------------------------------------------------------------------------
 
-    async def delete(self, document_id: str, *, reason: str = "", actor: str) -> Deleted:
+    async def delete(
+        self, document_id: str, *, reason: str = "", actor: str, visible_to: str | None = None
+    ) -> Deleted:
         """Remove a document: cancel its running import first, then its vectors, chunks and
-        stored file (unless another document has the same bytes). Audited."""
+        stored file (unless another document has the same bytes). The catalogue row goes in
+        one transaction with its audit record. `visible_to`: the one owner the caller may
+        change; others' documents are not found."""
         if self.store is None:
             raise RuntimeError("deleting a document needs the vector index open")
+        missing = DocumentNotFoundError(f"No document with id {document_id!r}")
         row = await self.catalogue.get(document_id)
+        if row is not None and visible_to is not None and row.owner != visible_to:
+            raise missing
         # Not listed yet: its import may still be waiting for a worker (see _awaiting_import).
         task_id = row.last_task_id if row else self.import_task_id(document_id)
         try:
             task = await self.tasks.get_status(task_id)
         except TaskNotFoundError:
             if row is None:
-                raise DocumentNotFoundError(f"No document with id {document_id!r}") from None
+                raise missing from None
             task = None
+        queued_owner = (await self._queued_input(task_id)).metadata.owner if row is None else None
+        if row is None and visible_to is not None and queued_owner != visible_to:
+            raise missing
 
         async def audit(outcome: str, **details: Any) -> None:
             await self.tasks.audit(
@@ -329,11 +365,18 @@ class DocumentService:
             row = row or await self.catalogue.get(document_id)
         removed = await self.store.delete_document(self.collection, document_id)
         await asyncio.to_thread(delete_chunks, self.settings.chunks_dir, document_id)
-        await self.catalogue.delete(document_id)
         file_id = row.file_id if row else (await self._queued_input(task_id)).file_id
+        record = audit_row(
+            actor,
+            "document_delete",
+            [task_id],
+            reason,
+            "deleted",
+            {"document_id": document_id, "points_removed": removed},
+        )
+        await self.catalogue.delete_audited(document_id, record)
         if not await self.catalogue.file_in_use(file_id):
             file_store.path_for(self.settings.files_dir, file_id).unlink(missing_ok=True)
-        await audit("deleted", points_removed=removed)
         return Deleted(document_id=document_id, points_removed=removed, import_cancelled=cancelled)
 
 

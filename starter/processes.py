@@ -25,6 +25,7 @@ from knowledgeops.resources import open_resources
 from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child
+from starter.http.access import check_exposure
 from starter.http.serve import ApiServer
 
 log = logging.getLogger("knowledgeops")
@@ -92,6 +93,8 @@ def worker_command(*args: str) -> list[str]:
 
 def run_worker(settings: Settings, *args: str) -> int:
     """`knowledgeops worker`: the worker process in the foreground."""
+    if "--no-api" not in args and not settings.qdrant_url:
+        check_exposure(settings)
     return subprocess.call(worker_command(*args), env=_child_env(settings))
 
 
@@ -169,8 +172,18 @@ async def _supervise(
     return 0
 
 
+def _access_line(settings: Settings) -> str:
+    if settings.api_callers():
+        return "bearer tokens (API_TOKENS)"
+    return (
+        "open, loopback only; set API_TOKENS=token:caller[:owner] to require tokens "
+        "(required for a non-loopback API_HOST)"
+    )
+
+
 def run_dev(settings: Settings) -> int:
     """Temporal dev server + worker (+ API) in one process tree; Ctrl-C / SIGTERM stops all."""
+    check_exposure(settings)  # before anything starts
     configure_logging()
     server = dev_server_for(settings)
     if not settings.admin_tokens:
@@ -199,6 +212,7 @@ def run_dev(settings: Settings) -> int:
                 f"  Web UI:        {server.ui_url}\n"
                 f"  API:           {settings.resolved_api_url}  (docs at /docs)\n"
                 f"  Admin token:   {admin_token}\n"
+                f"  API access:    {_access_line(settings)}\n"
                 f"  Data:          {data_dir}\n"
                 "Import with `knowledgeops import FILE --follow`; Ctrl-C stops everything.\n",
                 flush=True,
@@ -242,6 +256,7 @@ def run_server(settings: Settings) -> int:
 def run_api(settings: Settings) -> int:
     """Only the HTTP API (no workers). With the embedded index this needs the index folder to
     be free, i.e. no worker running on it: use `dev`/`worker`, or QDRANT_URL."""
+    check_exposure(settings)
     configure_logging()
     return until_signal(
         lambda stop: serve_api_only(

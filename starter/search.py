@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel
 
 from knowledgeops.embedding import Embedder
@@ -28,13 +30,29 @@ async def search(
     k: int = 5,
     document_id: str | None = None,
     db: Database | None = None,
+    *,
+    owner: str | None = None,
+    tags: Sequence[str] = (),
+    document_ids: Sequence[str] = (),
 ) -> list[SearchHit]:
-    """Nearest chunks; titles and file names come from the document catalogue when given."""
+    """Nearest chunks, among the documents of `owner` with all of `tags` and (when given)
+    among `document_ids`; titles and file names come from the document catalogue."""
     if not query.strip():
         raise ValueError("The search query is empty")
+    among: list[str] | None = list(document_ids) if document_ids else None
+    if owner or tags:
+        if db is None:
+            raise ValueError("Searching by owner or tags needs the document catalogue")
+        # The allowed documents go into the vector query itself, so a scoped search still
+        # returns k hits (dropping other documents' hits afterwards would return fewer).
+        among = await DocumentCatalogue(db).matching_ids(
+            owner=owner, tags=tags, document_ids=document_ids
+        )
+    if among is not None and not among:
+        return []
     [vector] = await embedder.embed([query])
     collection = VectorStore.collection_name(embedder.model_id)
-    hits = await store.search(collection, vector, k, document_id)
+    hits = await store.search(collection, vector, k, document_id, document_ids=among)
     docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
     out = []
     for h in hits:

@@ -45,6 +45,9 @@ from knowledgeops.task_types import (
 from starter import task_queries as tq
 from starter.task_queries import FINISHED, is_pending, status_name
 
+# Memo key: the owner a task belongs to (an owner-bound API token sees only its owner's tasks).
+OWNER_MEMO = "owner"
+
 
 class TaskRef(BaseModel):
     task_id: str
@@ -121,6 +124,8 @@ class TaskQueueService:
         idempotency_key: str | None = None,
         requested_by: str | None = None,
         task_id: str | None = None,
+        owner: str | None = None,
+        memo: Mapping[str, Any] | None = None,
     ) -> TaskRef:
         """Validate and start a task. `task_id` (before the deployment prefix) names a task
         that must never run twice at once: a duplicate submission joins the running one."""
@@ -150,7 +155,12 @@ class TaskQueueService:
             existing = await self._run_with_key(task_id, idempotency_key)
             if existing is not None:
                 return TaskRef(task_id=task_id, run_id=existing, task_type=spec.task_type)
-        memo = {"requested_by": requested_by, "idempotency_key": idempotency_key}
+        memo = {
+            **(memo or {}),
+            "requested_by": requested_by,
+            "idempotency_key": idempotency_key,
+            OWNER_MEMO: owner,
+        }
         try:
             handle = await self.client.start_workflow(
                 spec.workflow_name,
@@ -177,8 +187,21 @@ class TaskQueueService:
         return desc.run_id if (await desc.memo()).get("idempotency_key") == key else None
 
     async def _describe(self, task_id: str) -> WorkflowExecutionDescription:
+        """Only this system's tasks: its id prefix and its TaskType attribute. Any other
+        workflow in the namespace is unknown here, exactly like an id that does not exist."""
+        missing = TaskNotFoundError(f"No task with id {task_id!r}")
+        if not task_id.startswith(self.settings.prefix):
+            raise missing
         with _task_must_exist(task_id):
-            return await self.client.get_workflow_handle(task_id).describe()
+            desc = await self.client.get_workflow_handle(task_id).describe()
+        if desc.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE) is None:
+            raise missing
+        return desc
+
+    async def owner_of(self, task_id: str) -> str | None:
+        """The owner recorded when the task was enqueued (None: no owner)."""
+        owner = (await (await self._describe(task_id)).memo()).get(OWNER_MEMO)
+        return str(owner) if owner is not None else None
 
     async def get_status(self, task_id: str) -> TaskStatus:
         """Status and `{stage, done, total, unit}` progress of any task type: the memo the
@@ -347,7 +370,7 @@ def _task_type_attribute(task_type: TaskType) -> TypedSearchAttributes:
 
 def _carry_memo(memo: Mapping[str, Any]) -> dict[str, Any]:
     # Progress keys belong to the old run; who asked and why stay with the task.
-    return {k: v for k, v in memo.items() if k in ("requested_by", "idempotency_key")}
+    return {k: v for k, v in memo.items() if k in ("requested_by", "idempotency_key", OWNER_MEMO)}
 
 
 def _memo_progress(raw: Any, task_type: str | None) -> TaskProgress:

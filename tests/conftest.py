@@ -221,24 +221,39 @@ class Api:
 
 
 ADMIN_TOKEN = "test-admin-token"
+# The public API's token the `Api` helper sends by default (API_TOKENS of running_api).
+API_TOKEN = "test-api-token-0123456789"
 
 
 @asynccontextmanager
 async def running_api(
-    settings: Settings, *, workers: bool = True, admin_tokens: str = f"{ADMIN_TOKEN}:alice"
+    settings: Settings,
+    *,
+    workers: bool = True,
+    admin_tokens: str = f"{ADMIN_TOKEN}:alice",
+    api_tokens: str = f"{API_TOKEN}:tester",
 ) -> AsyncIterator[Api]:
     """The production composition (the worker process serving the API, or the API alone) on
     a free port, over real HTTP."""
     from starter.processes import serve_api_only
     from worker import run_worker
 
-    settings = settings.model_copy(update={"admin_tokens": admin_tokens})
+    settings = settings.model_copy(update={"admin_tokens": admin_tokens, "api_tokens": api_tokens})
     stop = asyncio.Event()
     node = asyncio.create_task(
         run_worker(settings, stop, serve_api=True) if workers else serve_api_only(settings, stop)
     )
     base = f"http://{settings.api_host}:{settings.api_port}"
-    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+
+    async def api_token(request: httpx.Request) -> None:
+        # The public API's token on public routes, unless a request brings its own
+        # Authorization; admin routes get only what a test passes (api.admin).
+        public = not request.url.path.startswith("/v1/admin")
+        if public and API_TOKEN in api_tokens and "authorization" not in request.headers:
+            request.headers["Authorization"] = f"Bearer {API_TOKEN}"
+
+    hooks = {"request": [api_token]}
+    async with httpx.AsyncClient(base_url=base, timeout=60, event_hooks=hooks) as http:
         for _ in range(200):
             assert not node.done(), node.exception()
             try:

@@ -15,6 +15,7 @@ from knowledgeops.task_types import REGISTRY
 from tests.conftest import EXAMPLES, openai_settings, running_api
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
+from tests.test_bounded_inputs import heavy_markdown
 
 
 def upload(path: Path, name: str | None = None, **form: str) -> dict[str, Any]:
@@ -304,7 +305,13 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         assert ingest["workers"], "the running worker must be listed"
         assert ov["task_types"]["DOCUMENT_IMPORT"] == {"completed": 1}
         workers = (await api.http.get("/v1/admin/workers", headers=api.admin)).json()
-        queues = {settings.queue(s.task_queue.value) for s in REGISTRY.values() if s.implemented}
+        implemented = [s for s in REGISTRY.values() if s.implemented]
+        queues = {settings.queue(s.task_queue.value) for s in implemented} | {
+            settings.queue(o.task_queue.value)  # activities with a queue of their own (parse)
+            for s in implemented
+            for o in s.activities.values()
+            if o.task_queue is not None
+        }
         assert {w["task_queue"] for w in workers} == queues
 
 
@@ -404,17 +411,16 @@ async def test_delete_of_a_queued_document(
 async def test_pending_filter_selects_only_tasks_no_worker_began(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    # One activity slot: while a long import embeds, the next one waits for it (pending).
-    fake_openai.latency = 0.5
-    cfg = openai_settings(settings, fake_openai, worker_max_activities=1)
-    long_doc, short_doc = tmp_path / "long.txt", tmp_path / "short.txt"
-    long_doc.write_text(numbered_paragraphs(300))
+    # One parser: while a long document parses, the next import waits for the parser in the
+    # parse queue (pending: no activity of it has started).
+    cfg = settings.model_copy(update={"parser_concurrency": 1})
+    long_doc, short_doc = heavy_markdown(tmp_path / "long.md", 40), tmp_path / "short.txt"
     short_doc.write_text(numbered_paragraphs(3))
     async with running_api(cfg) as api:
         running = (await api.http.post("/v1/documents", **upload(long_doc))).json()["task_id"]
         for _ in range(200):
             st = (await api.http.get(f"/v1/tasks/{running}")).json()
-            if st["progress"]["stage"] == "embedding":
+            if st["status"] == "running":
                 break
             await asyncio.sleep(0.1)
         assert st["status"] == "running", st

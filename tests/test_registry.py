@@ -140,11 +140,22 @@ def test_activity_refs_match_their_implementations() -> None:
 async def test_worker_registers_each_queue_once(env: Env) -> None:
     plans = plan_queues(Resources(env.settings, env.db, env.store, env.embedder))
     implemented = [s for s in REGISTRY.values() if s.implemented]
-    assert set(plans) == {env.settings.queue(s.task_queue.value) for s in implemented}
+    # Activities with a queue of their own (ActivityOptions.task_queue) are registered there.
+    own = {
+        name: env.settings.queue(o.task_queue.value)
+        for s in implemented
+        for name, o in s.activities.items()
+        if o.task_queue is not None
+    }
+    assert set(plans) == {env.settings.queue(s.task_queue.value) for s in implemented} | set(
+        own.values()
+    )
     for spec in implemented:
         plan = plans[env.settings.queue(spec.task_queue.value)]
         assert load(spec.workflow_class or "") in plan.workflows
-        assert set(spec.activities) | set(COMMON_ACTIVITIES) <= set(plan.activities)
+        assert (set(spec.activities) - set(own)) | set(COMMON_ACTIVITIES) <= set(plan.activities)
+    for name, queue in own.items():
+        assert name in plans[queue].activities and not plans[queue].workflows
 
 
 def test_unknown_type_is_a_clear_error() -> None:

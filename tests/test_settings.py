@@ -15,7 +15,9 @@ def test_test_settings_ignore_the_environment_and_dotenv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text("WEBHOOK_URLS=http://from-dotenv.invalid/hook\n")
+    (tmp_path / ".env").write_text(
+        "WEBHOOK_URLS=http://from-dotenv.invalid/hook\nWEBHOOK_SECRET=a-dotenv-secret-of-24-bytes\n"
+    )
     monkeypatch.setenv("QDRANT_URL", "http://from-env.invalid:6333")
     monkeypatch.setenv("EMBEDDING_PROVIDER", "openai")
     # The product does read both (that is how a deployment is configured) ...

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from knowledgeops.contracts.base import BEGAN_MEMO, PROGRESS_MEMO, ActivityRef, Progress
     from knowledgeops.contracts.events import (
         RECORD_TASK_EVENTS,
+        RESET_OF_MEMO,
         RETRY_OF_MEMO,
         EventType,
         TaskEvent,
@@ -78,11 +79,15 @@ class TaskWorkflow(Generic[P, R]):
 
     async def activity(self, ref: ActivityRef[In, Out], arg: In) -> Out:
         """Run an activity with the options the registry declares for it."""
+        options = activity_options(self.task_type, ref.name)
+        kwargs = options.as_kwargs()
+        if options.task_queue is not None:
+            # Queue names carry the deployment prefix; this workflow's own queue has it.
+            own = REGISTRY[self.task_type].task_queue.value
+            prefix = workflow.info().task_queue.removesuffix(own)
+            kwargs["task_queue"] = prefix + options.task_queue.value
         result: Out = await workflow.execute_activity(
-            ref.name,
-            arg,
-            result_type=ref.output,
-            **activity_options(self.task_type, ref.name).as_kwargs(),
+            ref.name, arg, result_type=ref.output, **kwargs
         )
         self._began = True
         return result
@@ -109,7 +114,11 @@ class TaskWorkflow(Generic[P, R]):
 
     async def run_task(self, payload: P) -> R:
         about = self.event_data(payload)
-        await _emit_started(self.task_type, about, self.first_event_data(payload))
+        first = _first(self.task_type, self.first_event_data(payload))
+        if first.data.get("via") == "reset":
+            # Visible in visibility: the reconciler audits the reset (operator_actions.py).
+            workflow.upsert_memo({RESET_OF_MEMO: first.data["retry_of"]})
+        await _emit_started(self.task_type, about, first)
         try:
             result = await self.steps(payload)
         except (asyncio.CancelledError, FailureError) as e:
@@ -165,23 +174,30 @@ async def _record(task_type: TaskType, events: list[TaskEvent]) -> None:
 
 
 def _first(task_type: TaskType, data: dict[str, Any]) -> TaskEvent:
-    """TaskEnqueued, or TaskRetried for a manual retry's run; dated at the run's start."""
+    """TaskEnqueued, or TaskRetried for a manual retry's run (ours, or an operator's reset in
+    the Web UI / `temporal workflow reset`); dated at the run's start."""
+    info = workflow.info()
     retry_of = workflow.memo_value(RETRY_OF_MEMO, None, type_hint=str)
-    start = workflow.info().start_time
+    via = "retry"
+    if not retry_of and info.first_execution_run_id and info.first_execution_run_id != info.run_id:
+        # A reset keeps the chain's first run id (we use neither continue-as-new nor workflow
+        # retry policies); the exact base run of a reset of a reset is in the audit record.
+        retry_of, via = info.first_execution_run_id, "reset"
+    start = info.start_time
     if retry_of:
         return _event(
-            task_type, EventType.TASK_RETRIED, at=start, data={**data, "retry_of": retry_of}
+            task_type,
+            EventType.TASK_RETRIED,
+            at=start,
+            data={**data, "retry_of": retry_of, "via": via},
         )
     return _event(task_type, EventType.TASK_ENQUEUED, at=start, data=data)
 
 
-async def _emit_started(
-    task_type: TaskType, data: dict[str, Any], first_data: dict[str, Any]
-) -> None:
+async def _emit_started(task_type: TaskType, data: dict[str, Any], first: TaskEvent) -> None:
     """The first event, then TaskStarted. A run cancelled before this was recorded (cancelled
     while still queued) records its first event and TaskCancelled instead, so every run that
     began has a first and a last event."""
-    first = _first(task_type, first_data)
     try:
         await _record(task_type, [first, _event(task_type, EventType.TASK_STARTED, data=data)])
     except asyncio.CancelledError:

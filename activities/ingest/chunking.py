@@ -40,19 +40,43 @@ class Splitters:
 
 
 def write_chunks(
-    sections: Iterable[Section], splitter: TextSplitter | MarkdownSplitter, writer: ChunkWriter
+    sections: Iterable[Section],
+    splitter: TextSplitter | MarkdownSplitter,
+    writer: ChunkWriter,
+    max_chunks: int | None = None,
+    max_characters: int | None = None,
 ) -> int:
+    """Checked as the text comes out of the parser: a small compressed file can expand to
+    far more than anyone wants indexed, so stop at the limit instead of after it."""
     characters = 0
     for section in sections:
         characters += len(section.text)
+        if max_characters is not None and characters > max_characters:
+            raise DocumentError(
+                "DocumentTooLarge",
+                f"the document holds more than {max_characters} characters of text "
+                "(MAX_DOCUMENT_CHARACTERS); split it into smaller documents",
+            )
         for piece in splitter.chunks(section.text):
             if piece.strip():
+                if max_chunks is not None and writer.count >= max_chunks:
+                    raise DocumentError(
+                        "DocumentTooLarge",
+                        f"the document yields more than {max_chunks} chunks "
+                        "(MAX_DOCUMENT_CHUNKS); split it into smaller documents",
+                    )
                 writer.add(piece, content_hash(piece), section.page, section.heading)
     return characters
 
 
 def parse_and_chunk(
-    path: Path, filename: str, document_id: str, chunks_dir: Path, options: ChunkingOptions
+    path: Path,
+    filename: str,
+    document_id: str,
+    chunks_dir: Path,
+    options: ChunkingOptions,
+    max_chunks: int | None = None,
+    max_characters: int | None = None,
 ) -> ParseResult:
     """Parse a stored file and write its chunks; runs inside the parser subprocess."""
     fmt = detect_format(path, filename or path.name)
@@ -71,7 +95,9 @@ def parse_and_chunk(
             yield s
 
     try:
-        characters = write_chunks(observed(parse(path, fmt, filename)), splitter, writer)
+        characters = write_chunks(
+            observed(parse(path, fmt, filename)), splitter, writer, max_chunks, max_characters
+        )
         if writer.count == 0:
             hint = " (a scanned PDF needs OCR_PROCESS)" if fmt == "pdf" else ""
             raise DocumentError(

@@ -4,28 +4,49 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
-from activities.ingest.parser_process import EXIT_DOCUMENT_ERROR, ParserInput
+from activities.ingest.parser_process import EXIT_DOCUMENT_ERROR, ParserInput, ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
+from knowledgeops.stores.chunk_store import remove_unfinished
 
-# Parsers are CPU-bound: more at once than cores only adds contention (and memory).
-_SLOTS: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+log = logging.getLogger("knowledgeops.parser")
+
+# How the parser is started (a module of this project, run by this interpreter).
+PARSER_COMMAND = [sys.executable, "-m", "activities.ingest.parser_process"]
+# What is kept of the parser's output: its answer is one short JSON line; stderr is only for
+# the log, and a hostile file must not make the worker buffer gigabytes of it.
+STDOUT_KEEP = 1024 * 1024
+STDERR_KEEP = 8 * 1024
+# The project root, so the child finds its modules with no inherited environment.
+_ROOT = str(Path(__file__).resolve().parents[2])
+# The only variables a parser child gets: no secret (API keys, database URL, tokens) of the
+# worker's environment reaches code that handles untrusted files.
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
 
 
-def _parse_slots() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    if loop not in _SLOTS:
-        _SLOTS[loop] = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
-    return _SLOTS[loop]
+def parser_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV}
+    return env | {"PYTHONPATH": _ROOT, "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1"}
 
 
 class ParserFailedError(RuntimeError):
     """The parser process failed for a reason that is not the document's fault."""
+
+
+async def _tail(stream: asyncio.StreamReader | None, keep: int) -> bytes:
+    """Read a stream to its end, keeping only its last `keep` bytes."""
+    kept = b""
+    if stream is None:
+        return kept
+    while block := await stream.read(64 * 1024):
+        kept = (kept + block)[-keep:]
+    return kept
 
 
 async def run_parse(
@@ -35,7 +56,9 @@ async def run_parse(
     chunks_dir: Path,
     chunking: ChunkingOptions,
     memory_mb: int,
+    limits: ParserLimits | None = None,
 ) -> ParseResult:
+    limits = limits or ParserLimits()
     request = ParserInput(
         path=str(path),
         filename=filename,
@@ -43,42 +66,78 @@ async def run_parse(
         chunks_dir=str(chunks_dir),
         chunking=chunking,
         memory_mb=memory_mb,
+        limits=limits,
     )
-    async with _parse_slots():
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "activities.ingest.parser_process",
-            request.model_dump_json(),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+    name = filename or path.name
+    proc = await asyncio.create_subprocess_exec(
+        *PARSER_COMMAND,
+        request.model_dump_json(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=parser_env(),
+    )
+    timed_out = False
+    try:
+        reading = asyncio.gather(_tail(proc.stdout, STDOUT_KEEP), _tail(proc.stderr, STDERR_KEEP))
         try:
-            out, err = await proc.communicate()
-        except asyncio.CancelledError:
-            # The activity was cancelled or timed out: the parser must not outlive it.
+            out, err = await asyncio.wait_for(reading, limits.wall_seconds)
+        except TimeoutError:
+            timed_out = True
+            out, err = b"", b""
+        if timed_out:
             proc.kill()
-            await proc.wait()
-            raise
+        await proc.wait()
+    except asyncio.CancelledError:
+        # The activity was cancelled or timed out: the parser must not outlive it.
+        proc.kill()
+        await proc.wait()
+        remove_unfinished(chunks_dir, document_id, proc.pid)
+        raise
     rc = proc.returncode or 0
+    if rc < 0:
+        # Killed (by us, a limit or a crash) before it could remove its temporary files.
+        remove_unfinished(chunks_dir, document_id, proc.pid)
+    if timed_out:
+        raise DocumentError(
+            "DocumentTooComplex",
+            f"{name} took longer than {limits.wall_seconds} s to parse (PARSER_WALL_SECONDS); "
+            "split it or convert it to a simpler format",
+        )
     last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
     if rc == 0 or rc == EXIT_DOCUMENT_ERROR:
-        msg = json.loads(last[0])
+        try:
+            msg = json.loads(last[0])
+        except ValueError:
+            log.error("parser answered no JSON for %s (%s): %r", name, path, last[0][:2000])
+            raise ParserFailedError(
+                f"the parser gave no readable answer for {name}; the worker log has the "
+                "details; the import is retried"
+            ) from None
         if "ok" in msg:
             return ParseResult.model_validate(msg["ok"])
         raise DocumentError(msg["error"]["kind"], msg["error"]["message"])
-    tail = err.decode(errors="replace").strip()[-800:]
+    tail = err.decode(errors="replace").strip()
+    if rc == -signal.SIGXCPU:
+        raise DocumentError(
+            "DocumentTooComplex",
+            f"{name} needs more than {limits.cpu_seconds} s of CPU to parse "
+            "(PARSER_CPU_SECONDS); split it or convert it to a simpler format",
+        )
     if rc < 0 and -rc in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL):
         # The document crashed the parsing engine or hit the memory cap: retrying won't help.
         raise DocumentError(
             "ParserCrashed",
-            f"{filename or path.name} crashed the parser ({signal.Signals(-rc).name}); "
+            f"{name} crashed the parser ({signal.Signals(-rc).name}); "
             "the file is likely malformed or hostile",
         )
     if "MemoryError" in tail:
         raise DocumentError(
             "DocumentTooComplex",
-            f"{filename or path.name} needs more than the parser memory limit of {memory_mb} MB "
-            "(PARSER_MEMORY_MB)",
+            f"{name} needs more than the parser memory limit of {memory_mb} MB (PARSER_MEMORY_MB)",
         )
-    raise ParserFailedError(f"parser exited with code {rc}: {tail}")
+    # Paths and tracebacks go to the operator's log, never into the task's public error.
+    log.error("parser exited with code %s for %s (%s): %s", rc, name, path, tail[-2000:])
+    raise ParserFailedError(
+        f"the parser failed unexpectedly on {name} (exit code {rc}); "
+        "the worker log has the details; the import is retried"
+    )

@@ -20,6 +20,15 @@ from knowledgeops.contracts.document_import import ChunkingOptions
 EXIT_DOCUMENT_ERROR = 3
 
 
+class ParserLimits(BaseModel):
+    """What one parse may use (CPU and wall-clock seconds) and produce (chunks, characters)."""
+
+    cpu_seconds: int = 300
+    wall_seconds: int = 600
+    max_chunks: int = 100_000
+    max_characters: int = 200_000_000
+
+
 class ParserInput(BaseModel):
     path: str
     filename: str
@@ -27,6 +36,7 @@ class ParserInput(BaseModel):
     chunks_dir: str
     chunking: ChunkingOptions
     memory_mb: int
+    limits: ParserLimits = ParserLimits()
 
 
 def main() -> int:
@@ -35,6 +45,9 @@ def main() -> int:
     os.nice(10)
     limit = request.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # SIGXCPU at the soft limit (the runner reports it), SIGKILL at the hard one.
+    cpu = request.limits.cpu_seconds
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
 
     from activities.ingest.chunking import parse_and_chunk
     from knowledgeops.errors import DocumentError
@@ -46,6 +59,8 @@ def main() -> int:
             request.document_id,
             Path(request.chunks_dir),
             request.chunking,
+            request.limits.max_chunks,
+            request.limits.max_characters,
         )
     except DocumentError as e:
         print(json.dumps({"error": {"kind": e.kind, "message": e.message}}))

@@ -13,6 +13,8 @@ from knowledgeops.contracts.base import ActivityRef
 
 # Memo key a manual retry sets on the new run: the run id it retries.
 RETRY_OF_MEMO = "retry_of"
+# Memo key a run sets when it finds it was started by an operator's reset: the run it replaced.
+RESET_OF_MEMO = "reset_of"
 
 
 class EventType(StrEnum):
@@ -22,6 +24,9 @@ class EventType(StrEnum):
     TASK_FAILED = "TaskFailed"
     TASK_CANCELLED = "TaskCancelled"
     TASK_RETRIED = "TaskRetried"
+    # Closings no workflow code sees; recorded by the reconciler (knowledgeops/operator_actions.py).
+    TASK_TERMINATED = "TaskTerminated"
+    TASK_TIMED_OUT = "TaskTimedOut"
 
 
 class TaskEvent(BaseModel):

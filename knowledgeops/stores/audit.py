@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, delete, func, select
+from sqlalchemy import JSON, DateTime, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.stores.sql import Base, aware, now
@@ -26,6 +26,29 @@ class AuditRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     outcome: Mapped[str] = mapped_column(String(40))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Set for actions found in Temporal's history (done in its Web UI or CLI): one record per
+    # action however often the history is read.
+    source_key: Mapped[str | None] = mapped_column(String(300), unique=True, nullable=True)
+
+
+def audit_row(
+    actor: str,
+    action: str,
+    task_ids: Sequence[str],
+    reason: str,
+    outcome: str,
+    details: dict[str, Any] | None = None,
+) -> AuditRow:
+    # Actors come from configured names (validated to fit); the clip is the column's guard.
+    return AuditRow(
+        at=now(),
+        actor=actor[:200],
+        action=action,
+        task_ids=list(task_ids),
+        reason=reason,
+        outcome=outcome,
+        details=details or {},
+    )
 
 
 class AuditLog:
@@ -41,19 +64,24 @@ class AuditLog:
         outcome: str,
         details: dict[str, Any] | None = None,
     ) -> AuditRow:
-        """The one call that writes an audit record."""
-        row = AuditRow(
-            at=now(),
-            actor=actor,
-            action=action,
-            task_ids=list(task_ids),
-            reason=reason,
-            outcome=outcome,
-            details=details or {},
-        )
+        """The one call that writes an audit record on its own (a change and its record in
+        one transaction: add `audit_row(...)` to the change's session)."""
+        row = audit_row(actor, action, task_ids, reason, outcome, details)
         async with self.db.write() as s:
             s.add(row)
         return row
+
+    async def record_once(self, source_key: str, row: AuditRow) -> bool:
+        """Write `row` unless a record with this source key exists; True if written."""
+        values = {
+            c.name: getattr(row, c.name) for c in AuditRow.__table__.columns if c.name != "id"
+        }
+        stmt = self.db.insert(AuditRow).values(**values | {"source_key": source_key})
+        async with self.db.write() as s:
+            result: Any = await s.execute(
+                stmt.on_conflict_do_nothing(index_elements=["source_key"])
+            )
+        return bool(result.rowcount)
 
     async def records(
         self,
@@ -87,20 +115,9 @@ class AuditLog:
 
     async def older_than(self, before: datetime) -> tuple[int, int | None]:
         """How many records are dated before `before`, and the highest id among them."""
-        q = select(func.count(), func.max(AuditRow.id)).where(AuditRow.at < before)
-        async with self.db.sessions() as s:
-            count, last = (await s.execute(q)).one()
-        return int(count), last
+        return await self.db.rows_before(AuditRow.at, AuditRow.id, before)
 
     async def delete_older_than(self, before: datetime, up_to_id: int, limit: int = 5000) -> int:
         """Retention (AUDIT_RETENTION_DAYS): delete up to `limit` records dated before `before`
         with id <= `up_to_id`; returns how many. Nothing else ever deletes audit records."""
-        batch = (
-            select(AuditRow.id)
-            .where(AuditRow.at < before, AuditRow.id <= up_to_id)
-            .order_by(AuditRow.id)
-            .limit(limit)
-        )
-        async with self.db.write() as s:
-            result: Any = await s.execute(delete(AuditRow).where(AuditRow.id.in_(batch)))
-        return int(result.rowcount or 0)
+        return await self.db.delete_rows_before(AuditRow.at, AuditRow.id, before, up_to_id, limit)

@@ -8,6 +8,7 @@ without a database write.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.sql import Base, now
 
 if TYPE_CHECKING:
@@ -47,6 +49,9 @@ _DOC_STATUS = {
     EventType.TASK_COMPLETED: "ready",
     EventType.TASK_FAILED: "failed",
     EventType.TASK_CANCELLED: "cancelled",
+    # No cleanup ran for these: whatever the import had written stays until a re-import.
+    EventType.TASK_TERMINATED: "failed",
+    EventType.TASK_TIMED_OUT: "failed",
 }
 
 
@@ -69,7 +74,7 @@ class DocumentCatalogue:
             row.indexed_chunks = int(ev.data.get("total_chunks", 0))
             row.error = None
             row.title = row.title or ev.data.get("title")
-        elif ev.event_type in (EventType.TASK_FAILED, EventType.TASK_CANCELLED):
+        elif ev.event_type != EventType.TASK_STARTED:
             row.error = ev.error
             if ev.data.get("index_cleared"):
                 row.indexed_chunks = 0
@@ -104,14 +109,48 @@ class DocumentCatalogue:
         async with self.db.sessions() as s:
             return {r.document_id: r for r in (await s.execute(q)).scalars()}
 
+    async def matching_ids(
+        self,
+        *,
+        owner: str | None = None,
+        tags: Sequence[str] = (),
+        document_ids: Sequence[str] = (),
+    ) -> list[str]:
+        """Ids of the documents of `owner` carrying every tag in `tags`, among `document_ids`
+        when given. Tags are a JSON list, matched here rather than in dialect-specific SQL."""
+        q = select(DocumentRow.document_id, DocumentRow.tags)
+        if owner:
+            q = q.where(DocumentRow.owner == owner)
+        if document_ids:
+            q = q.where(DocumentRow.document_id.in_(sorted(set(document_ids))))
+        wanted = set(tags)
+        async with self.db.sessions() as s:
+            rows = (await s.execute(q)).all()
+        return [doc for doc, have in rows if wanted <= set(have or [])]
+
     async def list(
-        self, *, limit: int = 50, offset: int = 0, owner: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        owner: str | None = None,
+        tags: Sequence[str] = (),
+        document_ids: Sequence[str] = (),
     ) -> tuple[list[DocumentRow], int]:
         q = select(DocumentRow)
         count_q = select(func.count()).select_from(DocumentRow)
+        if tags:
+            document_ids = await self.matching_ids(
+                owner=owner, tags=tags, document_ids=document_ids
+            )
+            if not document_ids:
+                return [], 0
         if owner:
             q = q.where(DocumentRow.owner == owner)
             count_q = count_q.where(DocumentRow.owner == owner)
+        if document_ids:
+            ids = DocumentRow.document_id.in_(sorted(set(document_ids)))
+            q, count_q = q.where(ids), count_q.where(ids)
         q = q.order_by(DocumentRow.updated_at.desc()).limit(limit).offset(offset)
         async with self.db.sessions() as s:
             rows = list((await s.execute(q)).scalars())
@@ -125,6 +164,16 @@ class DocumentCatalogue:
                 return False
             await s.delete(row)
             return True
+
+    async def delete_audited(self, document_id: str, record: AuditRow) -> bool:
+        """Delete the document's row and write its audit record in one transaction: either
+        both happen or neither does."""
+        async with self.db.write() as s:
+            row = await s.get(DocumentRow, document_id)
+            if row is not None:
+                await s.delete(row)
+            s.add(record)
+            return row is not None
 
     async def file_in_use(self, file_id: str) -> bool:
         q = select(func.count()).select_from(DocumentRow).where(DocumentRow.file_id == file_id)

@@ -67,8 +67,7 @@ class ChunkReader:
         self._data_path, idx_path = _paths(chunks_dir, document_id)
         if not idx_path.exists():
             raise FileNotFoundError(
-                f"No chunks stored for document {document_id!r} in {chunks_dir}; "
-                "the parse step must run first"
+                f"No chunks stored for document {document_id!r}; the parse step must run first"
             )
         self._offsets = array("Q")
         with idx_path.open("rb") as f:
@@ -92,6 +91,12 @@ class ChunkReader:
 def _decode(line: bytes) -> Chunk:
     r = json.loads(line)
     return Chunk(index=r["i"], text=r["t"], content_hash=r["h"], page=r["p"], heading=r["s"])
+
+
+def remove_unfinished(chunks_dir: Path, document_id: str, pid: int) -> None:
+    """Remove what a writer in process `pid` left when it was killed before commit/abort."""
+    for p in _paths(chunks_dir, document_id):
+        p.with_name(f"{p.name}.tmp-{pid}").unlink(missing_ok=True)
 
 
 def delete_chunks(chunks_dir: Path, document_id: str) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import delete, event, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -79,6 +80,24 @@ class Database:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+    async def rows_before(self, at: Any, key: Any, before: datetime) -> tuple[int, int | None]:
+        """How many rows of `at`'s table are dated before `before`, and their highest `key`."""
+        q = select(func.count(), func.max(key)).where(at < before)
+        async with self.sessions() as s:
+            count, last = (await s.execute(q)).one()
+        return int(count), last
+
+    async def delete_rows_before(
+        self, at: Any, key: Any, before: datetime, up_to: int, limit: int = 5000
+    ) -> int:
+        """Retention: delete up to `limit` rows dated before `before` with `key` <= `up_to` (in
+        bounded transactions, so SQLite's single writer is never held long); returns how many.
+        `up_to` pins the set listed earlier: rows dated in the past can still arrive later."""
+        batch = select(key).where(at < before, key <= up_to).order_by(key).limit(limit)
+        async with self.write() as s:
+            result: Any = await s.execute(delete(key.class_).where(key.in_(batch)))
+        return int(result.rowcount or 0)
 
     @property
     def insert(self) -> Any:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, delete, func, select, text
+from sqlalchemy import JSON, DateTime, Integer, String, Text, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -110,20 +110,8 @@ class EventStore:
 
     async def older_than(self, before: datetime) -> tuple[int, int | None]:
         """How many events are dated before `before`, and the highest seq among them."""
-        q = select(func.count(), func.max(EventRow.seq)).where(EventRow.at < before)
-        async with self.db.sessions() as s:
-            count, last = (await s.execute(q)).one()
-        return int(count), last
+        return await self.db.rows_before(EventRow.at, EventRow.seq, before)
 
     async def delete_older_than(self, before: datetime, up_to_seq: int, limit: int = 5000) -> int:
-        """Delete up to `limit` events dated before `before` with seq <= `up_to_seq` (in
-        bounded transactions, so SQLite's single writer is never held long); returns how many."""
-        batch = (
-            select(EventRow.seq)
-            .where(EventRow.at < before, EventRow.seq <= up_to_seq)
-            .order_by(EventRow.seq)
-            .limit(limit)
-        )
-        async with self.db.write() as s:
-            result: Any = await s.execute(delete(EventRow).where(EventRow.seq.in_(batch)))
-        return int(result.rowcount or 0)
+        """Delete up to `limit` events dated before `before` with seq <= `up_to_seq`."""
+        return await self.db.delete_rows_before(EventRow.at, EventRow.seq, before, up_to_seq, limit)

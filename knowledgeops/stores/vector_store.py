@@ -287,10 +287,27 @@ class VectorStore:
         vector: Sequence[float],
         limit: int,
         document_id: str | None = None,
+        *,
+        document_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
+        """The `limit` nearest chunks, of `document_id` / among `document_ids` when given:
+        the filter is part of the vector query, so a scoped search still finds `limit`."""
+        if document_ids is not None and not document_ids:
+            return []
         if not await self._exists(collection):
             return []
-        flt = self._doc_filter(document_id) if document_id else None
+        must: list[models.Condition] = []
+        if document_id:
+            must.append(
+                models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))
+            )
+        if document_ids is not None:
+            must.append(
+                models.FieldCondition(
+                    key="document_id", match=models.MatchAny(any=sorted(set(document_ids)))
+                )
+            )
+        flt = models.Filter(must=must) if must else None
         res = await self._run(
             partial(
                 self._client.query_points,

@@ -4,7 +4,7 @@ bulk), workers, audit log. Bearer tokens from ADMIN_TOKENS, each mapped to an op
 from __future__ import annotations
 
 import hmac
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query
@@ -14,7 +14,12 @@ from knowledgeops.task_types import TaskType
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
-from starter.service import TaskFinishedError, TaskNotRetryableError, TaskStatus
+from starter.service import (
+    TaskFinishedError,
+    TaskNotFoundError,
+    TaskNotRetryableError,
+    TaskStatus,
+)
 
 BULK_MAX = 1000
 
@@ -55,7 +60,37 @@ def _filter(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> tq.TaskFilter:
-    return tq.TaskFilter(task_type=type, status=status, since=since, until=until)
+    return tq.TaskFilter(
+        task_type=type, status=status, since=_moment(since, "since"), until=_moment(until, "until")
+    )
+
+
+def _moment(value: datetime | None, name: str) -> datetime | None:
+    """A time the visibility query can hold (in UTC), or 422 naming the parameter."""
+    if value is None:
+        return None
+    try:
+        (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ApiError(
+            422, "invalid_request", f"{name}: {value.isoformat()} is out of range"
+        ) from None
+    return value
+
+
+def _cursor(value: str | None) -> str | None:
+    """A `next_cursor` this API returned (an ISO time), or 400: never a 500 from parsing."""
+    if value is None:
+        return None
+    try:
+        _moment(datetime.fromisoformat(value), "cursor")
+    except (ValueError, ApiError):
+        raise ApiError(
+            400,
+            "invalid_cursor",
+            "cursor must be a next_cursor value returned by this listing; omit it for page one",
+        ) from None
+    return value
 
 
 @router.get("/tasks", response_model=tq.TaskPage)
@@ -66,7 +101,7 @@ async def list_tasks(
     cursor: str | None = None,
 ) -> tq.TaskPage:
     """Newest first; pass `next_cursor` back as `cursor` for the next page."""
-    return await rt.service.list(flt, limit, cursor)
+    return await rt.service.list(flt, limit, _cursor(cursor))
 
 
 class TaskDetail(tq.TaskDetail):
@@ -131,23 +166,29 @@ async def bulk_action(rt: RuntimeDep, who: Operator, body: BulkRequest) -> BulkR
     page = await rt.service.list(flt, limit=body.max_tasks)
     done: list[str] = []
     skipped: dict[str, str] = {}
-    for item in page.items:
-        try:
-            if body.action == "retry":
-                await rt.service.retry(item.task_id, reason=body.reason, actor=who)
-            else:
-                await rt.service.cancel(item.task_id, reason=body.reason, actor=who)
-            done.append(item.task_id)
-        except (TaskFinishedError, TaskNotRetryableError) as e:
-            skipped[item.task_id] = str(e)
-    await rt.service.audit(
-        who,
-        f"bulk_{body.action}",
-        [i.task_id for i in page.items],
-        body.reason,
-        "partial" if skipped else "done",
-        {"filter": body.filter.model_dump(mode="json"), "done": done, "skipped": skipped},
-    )
+    outcome = "failed"
+    try:
+        for item in page.items:
+            try:
+                if body.action == "retry":
+                    await rt.service.retry(item.task_id, reason=body.reason, actor=who)
+                else:
+                    await rt.service.cancel(item.task_id, reason=body.reason, actor=who)
+                done.append(item.task_id)
+            # A task may end, or be removed by retention, between the listing and its turn.
+            except (TaskFinishedError, TaskNotRetryableError, TaskNotFoundError) as e:
+                skipped[item.task_id] = str(e)
+        outcome = "partial" if skipped else "done"
+    finally:
+        # Written whatever happened: what was done before a failure stays on record.
+        await rt.service.audit(
+            who,
+            f"bulk_{body.action}",
+            [i.task_id for i in page.items],
+            body.reason,
+            outcome,
+            {"filter": body.filter.model_dump(mode="json"), "done": done, "skipped": skipped},
+        )
     return BulkResult(action=body.action, matched=len(page.items), done=done, skipped=skipped)
 
 

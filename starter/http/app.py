@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from starter.http import admin, documents, reports, tasks
+from starter.http import admin, documents, reports, tasks, webhooks
+from starter.http.access import BrowserGuard
 from starter.http.errors import error_response, install_error_handlers
 from starter.http.runtime import Runtime, RuntimeDep
 
@@ -13,48 +14,82 @@ from starter.http.runtime import Runtime, RuntimeDep
 UPLOAD_OVERHEAD = 64 * 1024
 
 
-class UploadLimit:
-    """Refuse oversized uploads with 413 before FastAPI spools them: by Content-Length when
-    given, and by counting the body as it streams in when it is not."""
+class BodyLimit:
+    """One request-size limit for every route, applied while the body is read and before any
+    parsing or authentication: uploads (POST `upload_path`) up to `upload_max`, any other body
+    up to `request_max`. Refused from Content-Length when declared, else by counting the body as
+    it streams in (chunked), always with 413."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, path: str = "/v1/documents") -> None:
+    def __init__(
+        self, app: ASGIApp, upload_max: int, request_max: int, upload_path: str = "/v1/documents"
+    ) -> None:
         self.app = app
-        self.max_bytes = max_bytes + UPLOAD_OVERHEAD
-        self.path = path
+        self.upload_max = upload_max
+        self.request_max = request_max
+        self.upload_path = upload_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        upload = scope["method"] == "POST" and scope["path"] == self.upload_path
+        limit = self.upload_max + UPLOAD_OVERHEAD if upload else self.request_max
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and int(declared) > self.max_bytes:
-            await self._reject(scope, receive, send)
-            return
+        if declared is not None:
+            if not declared.strip().isdigit() or not declared.isascii():
+                await error_response(400, "bad_request", "Invalid Content-Length header")(
+                    scope, receive, send
+                )
+                return
+            if int(declared) > limit:
+                await self._reject(upload, scope, receive, send)
+                return
         seen = 0
+        refused = False
+        started = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _TooLarge
+            if seen > limit:
+                # Answer now; the app sees a disconnect and whatever it sends is dropped.
+                refused = True
+                if not started:
+                    await self._reject(upload, scope, receive, send)
+                return {"type": "http.disconnect"}
             return message
 
+        async def guarded(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return
+            started = True
+            await send(message)
+
         try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._reject(scope, receive, send)
+            await self.app(scope, counted, guarded)
+        except Exception:
+            if not refused:
+                raise
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self.max_bytes - UPLOAD_OVERHEAD
-        response = error_response(
-            413, "file_too_large", f"Uploads are limited to {limit} bytes (UPLOAD_MAX_BYTES)"
-        )
+    async def _reject(self, upload: bool, scope: Scope, receive: Receive, send: Send) -> None:
+        if upload:
+            response = error_response(
+                413,
+                "file_too_large",
+                f"Uploads are limited to {self.upload_max} bytes (UPLOAD_MAX_BYTES)",
+            )
+        else:
+            response = error_response(
+                413,
+                "request_too_large",
+                f"Request bodies are limited to {self.request_max} bytes (REQUEST_MAX_BYTES); "
+                "send files through POST /v1/documents",
+            )
         await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -69,8 +104,15 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(admin.router)
     app.include_router(reports.router)
-    limit = min(runtime.settings.upload_max_bytes, runtime.settings.max_file_bytes)
-    app.add_middleware(UploadLimit, max_bytes=limit)
+    app.include_router(webhooks.router)
+    s = runtime.settings
+    app.add_middleware(
+        BodyLimit,
+        upload_max=min(s.upload_max_bytes, s.max_file_bytes),
+        request_max=s.request_max_bytes,
+    )
+    # Outermost: a foreign Host or a cross-site state change is refused before anything else.
+    app.add_middleware(BrowserGuard, settings=s)
 
     @app.get("/healthz")
     async def healthz(rt: RuntimeDep) -> dict[str, str]:

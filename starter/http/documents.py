@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, UploadFile
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from pydantic import BaseModel, ValidationError
 
 from knowledgeops.contracts.document_import import DOCUMENT_ID_PATTERN, DocumentMetadata
-from knowledgeops.errors import DocumentError
+from knowledgeops.errors import DocumentError, validation_text
 from knowledgeops.stores import file_store
 from starter.documents import Deleted, DocumentDetail, DocumentPage
+from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
 from starter.search import SearchHit, search
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 COPY_BLOCK = 1024 * 1024
+# DocumentImportPayload.filename's limit, checked before the upload is stored.
+FILENAME_MAX = 500
 
 
 class Accepted(BaseModel):
@@ -39,6 +42,7 @@ _UPLOAD_REJECTIONS = {
 @router.post("/documents", status_code=202, response_model=Accepted)
 async def upload_document(
     rt: RuntimeDep,
+    who: CallerDep,
     file: Annotated[UploadFile, File(description="txt, md, html, pdf or docx")],
     title: Annotated[str | None, Form(max_length=500)] = None,
     tags: Annotated[str, Form(description="comma-separated")] = "",
@@ -50,26 +54,45 @@ async def upload_document(
     path) and start its import. Answers at once; follow `status_url`."""
     s = rt.settings
     name = file.filename or "upload"
+    # Everything about the request is checked before a byte is stored: a refusal leaves nothing.
+    if len(name) > FILENAME_MAX:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"file name is {len(name)} characters; the limit is {FILENAME_MAX}: rename the file",
+        )
+    try:
+        meta = DocumentMetadata(
+            title=title, tags=[t.strip() for t in tags.split(",") if t.strip()], owner=owner
+        )
+    except ValidationError as e:
+        raise ApiError(422, "invalid_request", validation_text(e.errors())) from None
+    if who.owner is not None:
+        if meta.owner not in (None, who.owner):
+            raise ApiError(403, "forbidden", "This token imports only for its own owner")
+        meta.owner = who.owner  # an owner-bound token's documents are always its owner's
+        if document_id is not None:  # before storing: a refusal leaves nothing behind
+            await rt.documents.check_document_id(document_id, who.owner)
     try:
         file_id = await rt.documents.store_upload(
             iter(lambda: file.file.read(COPY_BLOCK), b""),
             name,
             min(s.upload_max_bytes, s.max_file_bytes),
+            size=file.size or 0,
         )
     except file_store.FileTooLargeError as e:
         raise ApiError(413, "file_too_large", str(e)) from None
     except DocumentError as e:
         status, code = _UPLOAD_REJECTIONS.get(e.kind, (400, "bad_file"))
         raise ApiError(status, code, e.message) from None
-    meta = DocumentMetadata(
-        title=title, tags=[t.strip() for t in tags.split(",") if t.strip()], owner=owner
-    )
     ref = await rt.documents.import_stored(
         file_id,
         filename=name,
         document_id=document_id,
         metadata=meta,
         idempotency_key=idempotency_key,
+        requested_by=who.name,
+        visible_to=who.owner,
     )
     return Accepted(
         task_id=ref.task_id,
@@ -79,38 +102,94 @@ async def upload_document(
     )
 
 
+class Scope:
+    """The documents a listing or search covers: all filters must match."""
+
+    def __init__(
+        self,
+        owner: Annotated[str | None, Query(max_length=200)] = None,
+        tags: Annotated[
+            list[str] | None, Query(max_length=50, description="repeat: all must match")
+        ] = None,
+        document_id: Annotated[
+            list[str] | None, Query(max_length=1000, description="repeat: any of these")
+        ] = None,
+    ) -> None:
+        self.owner = owner
+        self.tags = tags or []
+        self.document_ids = document_id or []
+
+    def for_caller(self, who: Caller) -> bool:
+        """Narrow to an owner-bound caller's owner; False when nothing can match."""
+        if who.owner is None:
+            return True
+        if self.owner not in (None, who.owner):
+            return False
+        self.owner = who.owner
+        return True
+
+
+ScopeDep = Annotated[Scope, Depends()]
+
+
 @router.get("/documents", response_model=DocumentPage)
 async def list_documents(
     rt: RuntimeDep,
+    who: CallerDep,
+    scope: ScopeDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    owner: str | None = None,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
 ) -> DocumentPage:
-    return await rt.documents.list(limit=limit, offset=offset, owner=owner)
+    """Newest first; filtered by owner, tags (all must match) and document ids."""
+    return await rt.documents.list(
+        limit=limit,
+        offset=offset,
+        owner=scope.owner,
+        tags=scope.tags,
+        document_ids=scope.document_ids,
+        visible_to=who.owner,
+    )
 
 
 @router.get("/documents/{document_id}", response_model=DocumentDetail)
-async def get_document(rt: RuntimeDep, document_id: str) -> DocumentDetail:
-    return await rt.documents.get(document_id)
+async def get_document(rt: RuntimeDep, who: CallerDep, document_id: str) -> DocumentDetail:
+    return await rt.documents.get(document_id, visible_to=who.owner)
 
 
 @router.delete("/documents/{document_id}", response_model=Deleted)
 async def delete_document(
-    rt: RuntimeDep, document_id: str, reason: str = "", actor: str = "api"
+    rt: RuntimeDep, who: CallerDep, document_id: str, reason: str = ""
 ) -> Deleted:
     """Remove a document: cancel its running import first (`503 cancel_pending` if it has not
-    stopped within 120 s), then its vectors, chunks and stored file. Audited."""
-    return await rt.documents.delete(document_id, reason=reason, actor=actor)
+    stopped within 120 s), then its vectors, chunks and stored file. Audited, as the caller
+    the API token names."""
+    return await rt.documents.delete(
+        document_id, reason=reason, actor=who.name, visible_to=who.owner
+    )
 
 
 @router.get("/search", response_model=list[SearchHit])
 async def search_documents(
     rt: RuntimeDep,
+    who: CallerDep,
+    scope: ScopeDep,
     q: Annotated[str, Query(min_length=1, max_length=2000)],
     k: Annotated[int, Query(ge=1, le=100)] = 5,
-    document_id: str | None = None,
 ) -> list[SearchHit]:
+    """The k nearest chunks among the documents the filters select (applied inside the
+    vector query, so a filtered search still returns k hits when there are k)."""
+    if not scope.for_caller(who):
+        return []
     try:
-        return await search(rt.store, rt.embedder, q, k, document_id, rt.db)
+        return await search(
+            rt.store,
+            rt.embedder,
+            q,
+            k,
+            db=rt.db,
+            owner=scope.owner,
+            tags=scope.tags,
+            document_ids=scope.document_ids,
+        )
     except ValueError as e:
         raise ApiError(400, "bad_query", str(e)) from None

@@ -14,7 +14,12 @@ from temporalio.service import RPCError
 from knowledgeops.errors import validation_text
 from knowledgeops.task_types import TaskNotImplementedError
 from knowledgeops.temporal import is_unreachable
-from starter.documents import CancelPendingError, DocumentNotFoundError
+from starter.admission import BacklogFullError
+from starter.documents import (
+    CancelPendingError,
+    DocumentNotFoundError,
+    DocumentOwnedElsewhereError,
+)
 from starter.service import (
     PayloadInvalidError,
     PayloadTooLargeError,
@@ -53,6 +58,7 @@ def error_response(
 _MAPPED: list[tuple[type[Exception], int, str]] = [
     (TaskNotFoundError, 404, "not_found"),
     (DocumentNotFoundError, 404, "not_found"),
+    (DocumentOwnedElsewhereError, 409, "document_id_taken"),
     (TaskFinishedError, 409, "already_finished"),
     (TaskNotRetryableError, 409, "not_retryable"),
     (PayloadTooLargeError, 413, "payload_too_large"),
@@ -61,7 +67,8 @@ _MAPPED: list[tuple[type[Exception], int, str]] = [
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 501, 503)
+    code: {"model": ErrorResponse}
+    for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 501, 503)
 }
 
 
@@ -90,6 +97,10 @@ def install_error_handlers(app: FastAPI) -> None:
             "answered now. Search and the document list still work. Retry shortly.",
             {"Retry-After": "5"},
         )
+
+    @app.exception_handler(BacklogFullError)
+    async def _backlog_full(_: Request, e: BacklogFullError) -> JSONResponse:
+        return error_response(429, "backlog_full", str(e), {"Retry-After": str(e.retry_after)})
 
     @app.exception_handler(CancelPendingError)
     async def _cancel_pending(_: Request, e: CancelPendingError) -> JSONResponse:

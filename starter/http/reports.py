@@ -7,14 +7,20 @@ so no id can name a path outside the reports directory.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse
 
 from knowledgeops.stores.reports import ReportFiles, ReportNotFoundError, ReportSummary
+from starter.http.access import CallerDep, unscoped
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+def _whole_system(who: CallerDep) -> None:
+    unscoped(who, "read the system's reports")
+
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(_whole_system)])
 
 
 def _file(rt: RuntimeDep, report_id: str, kind: str) -> FileResponse:

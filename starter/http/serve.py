@@ -12,6 +12,7 @@ import uvicorn
 from temporalio.client import Client
 
 from knowledgeops.resources import Resources
+from starter.http.access import check_exposure
 from starter.http.app import create_app
 from starter.http.runtime import Runtime
 from starter.webhooks import WebhookDispatcher
@@ -27,8 +28,11 @@ class _QuietSignalsServer(uvicorn.Server):
 class ApiServer:
     def __init__(self, client: Client, resources: Resources, stop: asyncio.Event) -> None:
         self.settings = resources.settings
+        check_exposure(self.settings)  # no open API beyond loopback
         self.runtime = Runtime.build(client, resources)
         self.stop_event = stop
+        # Built here, so WEBHOOK_URLS without a usable secret stops start-up, not delivery.
+        self.webhooks = WebhookDispatcher.from_settings(self.runtime.db, self.settings)
         self._server = _QuietSignalsServer(
             uvicorn.Config(
                 create_app(self.runtime),
@@ -40,10 +44,9 @@ class ApiServer:
 
     def start(self) -> list[asyncio.Task[Any]]:
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self._server.serve())]
-        urls = [u.strip() for u in self.settings.webhook_urls.split(",") if u.strip()]
-        if urls:
-            dispatcher = WebhookDispatcher(self.runtime.db, urls, self.settings.webhook_secret)
-            tasks.append(asyncio.create_task(dispatcher.run(self.stop_event)))
+        if self.webhooks is not None:
+            # Returns only at stop: an error of one URL is retried inside, never raised here.
+            tasks.append(asyncio.create_task(self.webhooks.run(self.stop_event)))
         return tasks
 
     def stop(self) -> None:

@@ -7,23 +7,35 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.contracts.events import StoredEvent
-from knowledgeops.task_types import TaskType
+from knowledgeops.errors import validation_text
+from knowledgeops.task_types import TaskQueue, TaskType, spec_for
+from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
-from starter.http.sse import KEEPALIVE_SECONDS, SSE_HEADERS, sse
-from starter.service import TaskStatus
+from starter.http.sse import KEEPALIVE_SECONDS, sse, stream_slot
+from starter.service import PayloadInvalidError, TaskNotFoundError, TaskStatus
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 POLL_SECONDS = 0.5
+# Event cursors are database integers (BIGINT): anything larger is no cursor this API issued.
+MAX_SEQ = 2**63 - 1
+
+
+async def visible_task(rt: RuntimeDep, who: Caller, task_id: str) -> None:
+    """An owner-bound caller's view: another owner's task is unknown, like a missing one."""
+    if who.owner is not None and await rt.service.owner_of(task_id) != who.owner:
+        raise TaskNotFoundError(f"No task with id {task_id!r}")
 
 
 @router.get("/tasks/{task_id}", response_model=TaskStatus)
-async def task_status(rt: RuntimeDep, task_id: str) -> TaskStatus:
+async def task_status(rt: RuntimeDep, who: CallerDep, task_id: str) -> TaskStatus:
+    await visible_task(rt, who, task_id)
     return await rt.service.get_status(task_id)
 
 
@@ -38,16 +50,25 @@ class CancelAccepted(BaseModel):
 
 @router.post("/tasks/{task_id}/cancel", status_code=202, response_model=CancelAccepted)
 async def cancel_task(
-    rt: RuntimeDep, task_id: str, body: CancelRequest | None = None
+    rt: RuntimeDep, who: CallerDep, task_id: str, body: CancelRequest | None = None
 ) -> CancelAccepted:
-    await rt.service.cancel(task_id, reason=body.reason if body else "", actor="api")
+    await visible_task(rt, who, task_id)
+    await rt.service.cancel(task_id, reason=body.reason if body else "", actor=who.name)
     return CancelAccepted(task_id=task_id)
 
 
 @router.get("/tasks/{task_id}/events")
-async def task_status_stream(rt: RuntimeDep, task_id: str, request: Request) -> StreamingResponse:
+async def task_status_stream(
+    rt: RuntimeDep, who: CallerDep, task_id: str, request: Request
+) -> StreamingResponse:
     """Live status and progress as Server-Sent Events (`event: status`) until the task ends."""
-    first = await rt.service.get_status(task_id)  # 404 before the stream starts
+    await visible_task(rt, who, task_id)
+    slot = stream_slot(request)  # 503 when SSE_MAX_STREAMS streams are open
+    try:
+        first = await rt.service.get_status(task_id)  # 404 before the stream starts
+    except BaseException:
+        slot.release()
+        raise
 
     async def stream() -> AsyncIterator[str]:
         last: Any = None
@@ -66,7 +87,7 @@ async def task_status_stream(rt: RuntimeDep, task_id: str, request: Request) -> 
             await asyncio.sleep(POLL_SECONDS)
             st = await rt.service.get_status(task_id)
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
+    return slot.response(stream())
 
 
 class TaskRequest(BaseModel):
@@ -83,7 +104,9 @@ class TaskAccepted(BaseModel):
 
 
 @router.post("/tasks", status_code=202, response_model=TaskAccepted)
-async def submit_task(rt: RuntimeDep, body: TaskRequest) -> TaskAccepted:
+async def submit_task(rt: RuntimeDep, who: CallerDep, body: TaskRequest) -> TaskAccepted:
+    """Start a task. DOCUMENT_IMPORT takes the document path (its one task id per document,
+    as an upload does), so two imports of one document never run at once."""
     try:
         task_type = TaskType(body.type)
     except ValueError:
@@ -91,12 +114,61 @@ async def submit_task(rt: RuntimeDep, body: TaskRequest) -> TaskAccepted:
         raise ApiError(
             400, "unknown_task_type", f"Unknown task type {body.type!r}; known: {known}"
         ) from None
+    if who.owner is not None and spec_for(task_type).task_queue == TaskQueue.MAINTENANCE:
+        raise ApiError(403, "forbidden", f"A token bound to one owner cannot start {task_type}")
+    if task_type == TaskType.DOCUMENT_IMPORT:
+        return await _submit_import(rt, who, body)
     ref = await rt.service.enqueue(
-        task_type, body.payload, idempotency_key=body.idempotency_key, requested_by="api"
+        task_type,
+        body.payload,
+        idempotency_key=body.idempotency_key,
+        requested_by=who.name,
+        owner=who.owner,
     )
     return TaskAccepted(
         task_id=ref.task_id, task_type=ref.task_type, status_url=f"/v1/tasks/{ref.task_id}"
     )
+
+
+async def _submit_import(rt: RuntimeDep, who: Caller, body: TaskRequest) -> TaskAccepted:
+    try:
+        payload = DocumentImportPayload.model_validate(body.payload)
+    except ValidationError as e:
+        raise PayloadInvalidError(
+            f"Invalid DOCUMENT_IMPORT payload: {validation_text(e.errors())}"
+        ) from None
+    meta = payload.metadata
+    if who.owner is not None:
+        if meta.owner not in (None, who.owner):
+            raise ApiError(403, "forbidden", "This token imports only for its own owner")
+        meta.owner = who.owner
+    await rt.documents.admit_stored(payload.file_id)
+    ref = await rt.documents.import_stored(
+        payload.file_id,
+        filename=payload.filename,
+        document_id=payload.document_id,
+        metadata=meta,
+        idempotency_key=body.idempotency_key,
+        requested_by=who.name,
+        visible_to=who.owner,
+        chunking=payload.chunking,
+        embed_batch_size=payload.embed_batch_size,
+    )
+    return TaskAccepted(
+        task_id=ref.task_id,
+        task_type=TaskType.DOCUMENT_IMPORT,
+        status_url=f"/v1/tasks/{ref.task_id}",
+    )
+
+
+async def _event_scope(rt: RuntimeDep, who: Caller, task_id: str | None) -> None:
+    # The feed spans every owner: an owner-bound token reads one of its own tasks' events.
+    if who.owner is not None:
+        if task_id is None:
+            raise ApiError(
+                403, "forbidden", "A token bound to one owner reads events by task_id only"
+            )
+        await visible_task(rt, who, task_id)
 
 
 class EventPage(BaseModel):
@@ -107,11 +179,13 @@ class EventPage(BaseModel):
 @router.get("/events", response_model=EventPage)
 async def events(
     rt: RuntimeDep,
-    after: Annotated[int, Query(ge=0, description="cursor: the last seq you have")] = 0,
+    who: CallerDep,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="cursor: the last seq you have")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     task_id: str | None = None,
 ) -> EventPage:
     """Domain events in order. Resume with `after=next_cursor`; dedupe by `event_id`."""
+    await _event_scope(rt, who, task_id)
     found = await rt.db.events.after(after, limit, task_id)
     return EventPage(events=found, next_cursor=found[-1].seq if found else after)
 
@@ -119,13 +193,16 @@ async def events(
 @router.get("/events/stream")
 async def events_stream(
     rt: RuntimeDep,
+    who: CallerDep,
     request: Request,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     task_id: str | None = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """The same feed, live, as SSE (`id` is the cursor; reconnects resume from Last-Event-ID)."""
-    cursor = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+    await _event_scope(rt, who, task_id)
+    cursor = _last_event_id(last_event_id) if last_event_id else after
+    slot = stream_slot(request)  # 503 when SSE_MAX_STREAMS streams are open
 
     async def stream() -> AsyncIterator[str]:
         nonlocal cursor
@@ -142,4 +219,18 @@ async def events_stream(
                 beat = time.monotonic()
             await asyncio.sleep(POLL_SECONDS)
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
+    return slot.response(stream())
+
+
+def _last_event_id(value: str) -> int:
+    """The `id:` this feed sent (a seq); anything else is refused rather than guessed at."""
+    value = value.strip()
+    # str.isdigit() accepts '²' and other digits int() rejects: ASCII digits only.
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_SEQ:
+        raise ApiError(
+            400,
+            "invalid_last_event_id",
+            "Last-Event-ID must be an event seq this feed sent (0 to 2^63-1); "
+            "omit it to start from `after`",
+        )
+    return int(value)

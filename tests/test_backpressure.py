@@ -1,0 +1,41 @@
+"""Admission control: while the import backlog (bytes of files waiting for or in an import)
+is over INGEST_BACKLOG_MAX_BYTES, uploads answer 429 with Retry-After and store nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from knowledgeops.settings import Settings
+from tests.conftest import EXAMPLES, running_api
+
+
+def upload(path: Path) -> dict[str, object]:
+    return {"files": {"file": (path.name, path.read_bytes())}}
+
+
+async def test_uploads_are_refused_while_the_backlog_is_full(settings: Settings) -> None:
+    first, second = EXAMPLES / "spaced-repetition.txt", EXAMPLES / "temporal-retries.md"
+    limited = settings.model_copy(update={"ingest_backlog_max_bytes": first.stat().st_size + 1})
+    async with running_api(limited, workers=False) as api:
+        # No worker: the first import waits in the backlog, which is now full.
+        r = await api.http.post("/v1/documents", **upload(first))
+        assert r.status_code == 202, r.text
+        queued = r.json()["task_id"]
+        refused = await api.http.post("/v1/documents", **upload(second))
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "backlog_full"
+        assert "INGEST_BACKLOG_MAX_BYTES" in refused.text and refused.headers["retry-after"]
+        assert len(list(limited.files_dir.iterdir())) == 1, "a refused upload stores nothing"
+        # Measured from Temporal too, not only counted in this process.
+        await asyncio.sleep(2.5)
+        again = await api.http.post("/v1/documents", **upload(second))
+        assert again.status_code == 429, again.text
+    async with running_api(limited) as api:  # a worker drains the backlog
+        assert (await api.wait_task(queued))["status"] == "completed"
+        for _ in range(50):
+            r = await api.http.post("/v1/documents", **upload(second))
+            if r.status_code == 202:
+                break
+            await asyncio.sleep(0.5)
+        assert r.status_code == 202, r.text

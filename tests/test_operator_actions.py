@@ -1,0 +1,137 @@
+"""Operators' own tools count: a reset, cancel or termination done with the `temporal` CLI
+(the same calls the Web UI makes) shows up like the API's: events and audit records."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from knowledgeops.contracts.events import EventType
+from knowledgeops.operator_actions import OperatorActions
+from knowledgeops.settings import Settings
+from starter.dev_server import temporal_binary
+from tests.conftest import Env, openai_settings, running_env
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import numbered_paragraphs
+
+
+async def temporal_cli(env: Env, *args: str) -> None:
+    cmd = [temporal_binary(), "workflow", *args, "--address", env.settings.temporal_address]
+    r = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+async def reconcile_until(
+    env: Env, done: Callable[[], Awaitable[bool]], seconds: float = 30
+) -> OperatorActions:
+    """Reconcile as the worker's loop does until `done()` (visibility lags a little)."""
+    reconciler = OperatorActions(env.client, env.settings, env.db)
+    for _ in range(int(seconds / 0.3)):
+        await reconciler.reconcile()
+        if await done():
+            return reconciler
+        await asyncio.sleep(0.3)
+    raise AssertionError("the reconciler did not record the operator's action")
+
+
+async def event_types(env: Env, task_id: str) -> list[EventType]:
+    return [e.event_type for e in await env.db.events.after(task_id=task_id)]
+
+
+async def test_a_reset_in_temporal_is_a_retry_and_is_audited(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "r.txt"
+    doc.write_text(numbered_paragraphs(20))
+    fake_openai.api_key = "rotated-key"  # the worker's key is refused: the import fails
+    async with running_env(openai_settings(settings, fake_openai, openai_api_key="old")) as env:
+        ref = await env.documents.import_file(doc)
+        failed = await env.service.wait(ref.task_id, timeout=60)
+        assert failed.status == "failed"
+        old_run = (await env.client.get_workflow_handle(ref.task_id).describe()).run_id
+        fake_openai.api_key = "old"  # fixed at the provider; the operator retries in Temporal
+        await temporal_cli(
+            env,
+            "reset",
+            "-w",
+            ref.task_id,
+            "--type",
+            "FirstWorkflowTask",
+            "--reason",
+            "operator retry via CLI",
+        )
+        done = await env.service.wait(ref.task_id, timeout=60)
+        assert done.status == "completed", done.last_error
+
+        async def audited() -> bool:
+            return bool(await env.db.audit.records(action="reset"))
+
+        await reconcile_until(env, audited)
+        [record] = await env.db.audit.records(action="reset")
+        assert record.task_ids == [ref.task_id] and record.reason == "operator retry via CLI"
+        assert record.actor not in ("", "temporal", "history-service")
+        assert record.details["base_run_id"] == old_run
+        events = await env.db.events.after(task_id=ref.task_id)
+        assert [e.event_type for e in events] == [
+            EventType.TASK_ENQUEUED,
+            EventType.TASK_STARTED,
+            EventType.TASK_FAILED,
+            EventType.TASK_RETRIED,
+            EventType.TASK_STARTED,
+            EventType.TASK_COMPLETED,
+        ]
+        assert (events[3].data["retry_of"], events[3].data["via"]) == (old_run, "reset")
+        row = await env.documents.catalogue.get(ref.document_id)
+        assert row is not None and row.status == "ready"
+
+
+async def test_cancel_and_terminate_in_temporal_are_audited_and_closed(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.latency = 0.3  # imports stay running long enough to act on them
+    docs = []
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text(numbered_paragraphs(200) + name)
+        docs.append(tmp_path / f"{name}.txt")
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        a, b, c = [await env.documents.import_file(d) for d in docs]
+        for ref in (a, b, c):
+            for _ in range(200):
+                if (await env.service.get_status(ref.task_id)).status == "running":
+                    break
+                await asyncio.sleep(0.1)
+        await temporal_cli(env, "cancel", "-w", a.task_id)
+        await temporal_cli(env, "terminate", "-w", b.task_id, "--reason", "stuck on a bad file")
+        await env.service.cancel(c.task_id, reason="not needed", actor="alice")
+        for ref in (a, b, c):
+            await env.service.wait(ref.task_id, timeout=60)
+
+        async def all_recorded() -> bool:
+            actions = {r.action for r in await env.db.audit.records(task_id=b.task_id)}
+            return "terminate" in actions and bool(
+                await env.db.audit.records(task_id=a.task_id, action="cancel")
+            )
+
+        await reconcile_until(env, all_recorded)
+        [cancel_a] = await env.db.audit.records(task_id=a.task_id)
+        assert cancel_a.action == "cancel" and cancel_a.actor.startswith("temporal-cli")
+        assert await event_types(env, a.task_id) == [
+            EventType.TASK_ENQUEUED,
+            EventType.TASK_STARTED,
+            EventType.TASK_CANCELLED,
+        ]
+        [term_b] = await env.db.audit.records(task_id=b.task_id)
+        assert (term_b.action, term_b.reason) == ("terminate", "stuck on a bad file")
+        events_b = await env.db.events.after(task_id=b.task_id)
+        assert [e.event_type for e in events_b][-1] == EventType.TASK_TERMINATED
+        assert "stuck on a bad file" in (events_b[-1].error or "")
+        row_b = await env.documents.catalogue.get(b.document_id)
+        assert row_b is not None and row_b.status == "failed"
+        # Our own cancel was audited where it happened, once; the reconciler skips it.
+        assert [(r.action, r.actor) for r in await env.db.audit.records(task_id=c.task_id)] == [
+            ("cancel", "alice")
+        ]
+        # A restarted reconciler reads the same histories and writes nothing twice.
+        assert await OperatorActions(env.client, env.settings, env.db).reconcile() == 0
