@@ -60,6 +60,10 @@ EVENTS_TABLE, AUDIT_TABLE = "task_events", "audit_log"
 INPUT_READS = 16
 
 
+# How old the view of what is needed may be when an item is judged for removal.
+NEEDED_FRESH_SECONDS = 2.0
+
+
 @dataclass(frozen=True)
 class Needed:
     file_ids: frozenset[str]
@@ -285,7 +289,7 @@ class CleanupActivities:
         hb = Heartbeater(cp.model_dump())
         grace = timedelta(minutes=plan.grace_minutes)
         async with hb:
-            needed = await self._needed()
+            needed, seen_at = await self._needed(), time.monotonic()
             while cp.done < len(plan.items):
                 batch = self._pool_batch(plan.items, cp.done)
                 if batch:  # judged together, under the pool lock
@@ -295,6 +299,9 @@ class CleanupActivities:
                     )
                 else:
                     batch = [plan.items[cp.done]]
+                    if time.monotonic() - seen_at > NEEDED_FRESH_SECONDS:
+                        # An import may have started since: judge each item on a fresh view.
+                        needed, seen_at = await self._needed(), time.monotonic()
                     outcomes = [await self._remove(batch[0], needed, grace)]
                 for item, removed in zip(batch, outcomes, strict=True):
                     tally = cp.removed if removed else cp.skipped

@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from knowledgeops.contracts.events import RESET_OF_MEMO, EventType, TaskEvent
+from knowledgeops.contracts.events import EventType, TaskEvent
 from knowledgeops.settings import Settings
 from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.database import Database
@@ -94,9 +94,8 @@ class OperatorActions:
         key = (w.id, w.run_id)
         if key in self._seen:
             return 0
-        self._seen[key] = w.close_time or datetime.now(UTC)
-        reset = (await w.memo()).get(RESET_OF_MEMO)
-        if w.status not in _OPERATOR_CLOSINGS and not reset:
+        if w.status not in _OPERATOR_CLOSINGS and not await self._is_reset_run(w):
+            self._seen[key] = w.close_time or datetime.now(UTC)
             return 0  # completed / failed on its own: nothing an operator did
         written = 0
         task_type = w.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE) or ""
@@ -114,7 +113,17 @@ class OperatorActions:
         closing = _CLOSINGS.get(w.status) if w.status is not None else None
         if closing is not None:
             written += await self._closing(w, task_type, closing, *terminated_by)
+        # Only now: a pass that failed half-way reads this run again next time.
+        self._seen[key] = w.close_time or datetime.now(UTC)
         return written
+
+    async def _is_reset_run(self, w: WorkflowExecution) -> bool:
+        """A reset run keeps its chain's first run id (no continue-as-new or workflow retry
+        policies here; a manual retry starts a new chain). Visibility lists do not carry it
+        (measured: empty there), so one describe per closed run, each run once."""
+        desc = await self.client.get_workflow_handle(w.id, run_id=w.run_id).describe()
+        first = desc.raw_description.workflow_execution_info.first_run_id
+        return first not in ("", w.run_id)
 
     async def _closing(
         self, w: WorkflowExecution, task_type: str, kind: EventType, actor: str, reason: str

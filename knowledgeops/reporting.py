@@ -34,6 +34,9 @@ TERMINAL = {
     EventType.TASK_COMPLETED.value: "completed",
     EventType.TASK_FAILED.value: "failed",
     EventType.TASK_CANCELLED.value: "cancelled",
+    # Recorded by the reconciler for runs no workflow code could close (operator, timeout).
+    EventType.TASK_TERMINATED.value: "failed",
+    EventType.TASK_TIMED_OUT.value: "failed",
 }
 STATUSES = ("completed", "failed", "cancelled", "running", "pending")
 _STATUS_OF = {

@@ -307,6 +307,21 @@ class SettingsError(RuntimeError):
     """Raised with a message naming each invalid setting and what is wrong with it."""
 
 
+# Settings whose values are never echoed in an error (tokens, keys, URLs with passwords).
+_SECRET_SETTINGS = frozenset(
+    {
+        "API_TOKENS",
+        "API_TOKEN",
+        "ADMIN_TOKENS",
+        "WEBHOOK_SECRET",
+        "WEBHOOK_URLS",
+        "OPENAI_API_KEY",
+        "QDRANT_API_KEY",
+        "DATABASE_URL",
+    }
+)
+
+
 def load_settings() -> Settings:
     try:
         return Settings()
@@ -314,7 +329,8 @@ def load_settings() -> Settings:
         lines = []
         for err in e.errors():
             name = ".".join(str(p) for p in err["loc"]) or "settings"
-            lines.append(f"  {name}={err.get('input')!r}: {err['msg']}")
+            shown = "'***'" if name.upper() in _SECRET_SETTINGS else repr(err.get("input"))
+            lines.append(f"  {name}={shown}: {err['msg']}")
         raise SettingsError(
             "Invalid setting(s); fix the environment or .env and start again:\n" + "\n".join(lines)
         ) from None

@@ -40,13 +40,6 @@ class Admission:
         self._backlog = 0
         self._lock = asyncio.Lock()
 
-    async def backlog_bytes(self) -> int:
-        async with self._lock:
-            if time.monotonic() - self._measured_at > CACHE_SECONDS:
-                self._backlog = await self._measure()
-                self._measured_at = time.monotonic()
-            return self._backlog
-
     async def _measure(self) -> int:
         query = (
             f'{TASK_TYPE_SEARCH_ATTRIBUTE.name} = "{TaskType.DOCUMENT_IMPORT.value}" '
@@ -66,14 +59,17 @@ class Admission:
         limit = self.settings.ingest_backlog_max_bytes
         if not limit:
             return
-        backlog = await self.backlog_bytes()
-        if backlog and backlog + incoming_bytes > limit:
+        async with self._lock:
+            if time.monotonic() - self._measured_at > CACHE_SECONDS:
+                self._backlog = await self._measure()
+                self._measured_at = time.monotonic()
+            backlog = self._backlog
+            if not backlog or backlog + incoming_bytes <= limit:
+                # Reserved at once: concurrent uploads see each other before they enqueue.
+                self._backlog += incoming_bytes
+                return
             raise BacklogFullError(
                 f"The import backlog is {backlog} bytes, over the limit of {limit} "
                 "(INGEST_BACKLOG_MAX_BYTES); nothing was stored. Retry after "
                 f"{RETRY_AFTER_SECONDS} s."
             )
-
-    def note(self, incoming_bytes: int) -> None:
-        """Count an import just admitted until the next measurement sees it."""
-        self._backlog += incoming_bytes

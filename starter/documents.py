@@ -197,7 +197,6 @@ class DocumentService:
             # The backlog admission measures: bytes waiting for or in an import.
             memo={FILE_BYTES_MEMO: size},
         )
-        self.admission.note(size)
         return ImportRef(task_id=ref.task_id, run_id=ref.run_id, document_id=doc_id)
 
     async def admit_stored(self, file_id: str) -> None:
@@ -228,11 +227,13 @@ class DocumentService:
             return True, row.owner
         try:
             task_id = self.import_task_id(document_id)
-            if (await self.tasks.get_status(task_id)).finished:
-                return False, None
-            return True, (await self._queued_input(task_id)).metadata.owner
+            finished = (await self.tasks.get_status(task_id)).finished
+            owner = (await self._queued_input(task_id)).metadata.owner
         except TaskNotFoundError:
             return False, None
+        # A deleted (or failed) document's id stays its owner's while its task history exists:
+        # another owner reusing it would see that history (the task id is the document's).
+        return (not finished) or owner is not None, owner
 
     async def list(
         self,
@@ -334,6 +335,8 @@ class DocumentService:
             if row is None:
                 raise missing from None
             task = None
+        if row is None and task is not None and task.finished:
+            raise missing  # deleted already (or never listed): as `get` answers
         queued_owner = (await self._queued_input(task_id)).metadata.owner if row is None else None
         if row is None and visible_to is not None and queued_owner != visible_to:
             raise missing

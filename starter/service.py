@@ -49,6 +49,11 @@ from starter.task_queries import FINISHED, is_pending, status_name
 OWNER_MEMO = "owner"
 
 
+# Every task id this code makes (after the deployment prefix) starts with one of these: a
+# document's import, or a type's own name (random, idempotency-key and scheduled ids alike).
+_OUR_NAMES = ("import-", *(f"{t.value.lower()}-" for t in TaskType))
+
+
 class TaskRef(BaseModel):
     task_id: str
     run_id: str | None
@@ -190,7 +195,8 @@ class TaskQueueService:
         """Only this system's tasks: its id prefix and its TaskType attribute. Any other
         workflow in the namespace is unknown here, exactly like an id that does not exist."""
         missing = TaskNotFoundError(f"No task with id {task_id!r}")
-        if not task_id.startswith(self.settings.prefix):
+        name = task_id.removeprefix(self.settings.prefix)
+        if not task_id.startswith(self.settings.prefix) or not name.startswith(_OUR_NAMES):
             raise missing
         with _task_must_exist(task_id):
             desc = await self.client.get_workflow_handle(task_id).describe()

@@ -341,3 +341,23 @@ async def test_audit_actor_is_the_authenticated_caller(settings: Settings) -> No
         assert await catalogue.get(kept) is not None
     finally:
         await db.close()
+
+
+async def test_a_deleted_documents_id_stays_with_its_owner(settings: Settings) -> None:
+    """Its task history is the document's: another owner may not take the id over and read it."""
+    tokens = f"{API_TOKEN}:tester,token-of-bob-0123456789:bob:bob,token-of-eve-0123456789:eve:eve"
+    async with running_api(settings, api_tokens=tokens) as api:
+        bob = {"Authorization": "Bearer token-of-bob-0123456789"}
+        eve = {"Authorization": "Bearer token-of-eve-0123456789"}
+        note = EXAMPLES / "spaced-repetition.txt"
+        form = {"document_id": "q3-plan"}
+        files = {"file": (note.name, note.read_bytes())}
+        r = await api.http.post("/v1/documents", files=files, data=form, headers=bob)
+        assert r.status_code == 202, r.text
+        assert (await api.wait_task(r.json()["task_id"]))["status"] == "completed"
+        assert (await api.http.delete("/v1/documents/q3-plan", headers=bob)).status_code == 200
+        assert (await api.http.delete("/v1/documents/q3-plan", headers=bob)).status_code == 404
+        taken = await api.http.post("/v1/documents", files=files, data=form, headers=eve)
+        assert taken.status_code == 409 and taken.json()["error"]["code"] == "document_id_taken"
+        again = await api.http.post("/v1/documents", files=files, data=form, headers=bob)
+        assert again.status_code == 202, again.text

@@ -135,3 +135,26 @@ async def test_cancel_and_terminate_in_temporal_are_audited_and_closed(
         ]
         # A restarted reconciler reads the same histories and writes nothing twice.
         assert await OperatorActions(env.client, env.settings, env.db).reconcile() == 0
+
+
+async def test_a_reset_to_the_last_workflow_task_replays_and_is_audited(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    doc = tmp_path / "late.txt"
+    doc.write_text(numbered_paragraphs(10))
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        ref = await env.documents.import_file(doc)
+        assert (await env.service.wait(ref.task_id, timeout=60)).status == "completed"
+        await temporal_cli(
+            env, "reset", "-w", ref.task_id, "--type", "LastWorkflowTask", "--reason", "late"
+        )
+        # The new run replays the copied history (no non-determinism) and completes again.
+        st = await env.service.wait(ref.task_id, timeout=60)
+        assert st.status == "completed", st.last_error
+
+        async def audited() -> bool:
+            return bool(await env.db.audit.records(action="reset", task_id=ref.task_id))
+
+        await reconcile_until(env, audited)
+        [record] = await env.db.audit.records(action="reset", task_id=ref.task_id)
+        assert record.reason == "late"

@@ -45,7 +45,9 @@ class BackupExecuteWorkflow(TaskWorkflow[BackupExecutePayload, BackupResult]):
     def archive(self) -> str:
         # The run's start time and id: the same on every replay, new for a manual retry.
         info = workflow.info()
-        return archive_name(info.start_time, info.run_id)
+        # The chain's first run id: stable across an operator's reset, whose replayed stage
+        # results point into this folder; a manual retry starts a new chain (a new archive).
+        return archive_name(info.start_time, info.first_execution_run_id or info.run_id)
 
     def event_data(self, payload: BackupExecutePayload) -> dict[str, Any]:
         return {"archive": self.archive, "label": payload.label}

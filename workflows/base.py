@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
     from knowledgeops.contracts.base import BEGAN_MEMO, PROGRESS_MEMO, ActivityRef, Progress
     from knowledgeops.contracts.events import (
         RECORD_TASK_EVENTS,
-        RESET_OF_MEMO,
         RETRY_OF_MEMO,
         EventType,
         TaskEvent,
@@ -114,11 +113,9 @@ class TaskWorkflow(Generic[P, R]):
 
     async def run_task(self, payload: P) -> R:
         about = self.event_data(payload)
-        first = _first(self.task_type, self.first_event_data(payload))
-        if first.data.get("via") == "reset":
-            # Visible in visibility: the reconciler audits the reset (operator_actions.py).
-            workflow.upsert_memo({RESET_OF_MEMO: first.data["retry_of"]})
-        await _emit_started(self.task_type, about, first)
+        await _emit_started(
+            self.task_type, about, _first(self.task_type, self.first_event_data(payload))
+        )
         try:
             result = await self.steps(payload)
         except (asyncio.CancelledError, FailureError) as e:
@@ -182,6 +179,8 @@ def _first(task_type: TaskType, data: dict[str, Any]) -> TaskEvent:
     if not retry_of and info.first_execution_run_id and info.first_execution_run_id != info.run_id:
         # A reset keeps the chain's first run id (we use neither continue-as-new nor workflow
         # retry policies); the exact base run of a reset of a reset is in the audit record.
+        # Only a reset to the first workflow task records this: a later reset point replays
+        # the original first events (the reconciler audits every reset either way).
         retry_of, via = info.first_execution_run_id, "reset"
     start = info.start_time
     if retry_of:

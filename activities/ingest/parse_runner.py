@@ -107,15 +107,16 @@ async def run_parse(
     if rc == 0 or rc == EXIT_DOCUMENT_ERROR:
         try:
             msg = json.loads(last[0])
-        except ValueError:
-            log.error("parser answered no JSON for %s (%s): %r", name, path, last[0][:2000])
+            if "ok" in msg:
+                return ParseResult.model_validate(msg["ok"])
+            kind, message = str(msg["error"]["kind"]), str(msg["error"]["message"])
+        except (ValueError, KeyError, TypeError):  # ValidationError is a ValueError
+            log.error("parser answer unreadable for %s (%s): %r", name, path, last[0][:2000])
             raise ParserFailedError(
                 f"the parser gave no readable answer for {name}; the worker log has the "
                 "details; the import is retried"
             ) from None
-        if "ok" in msg:
-            return ParseResult.model_validate(msg["ok"])
-        raise DocumentError(msg["error"]["kind"], msg["error"]["message"])
+        raise DocumentError(kind, message)
     tail = err.decode(errors="replace").strip()
     if rc == -signal.SIGXCPU:
         raise DocumentError(
@@ -123,8 +124,9 @@ async def run_parse(
             f"{name} needs more than {limits.cpu_seconds} s of CPU to parse "
             "(PARSER_CPU_SECONDS); split it or convert it to a simpler format",
         )
-    if rc < 0 and -rc in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGKILL):
+    if rc < 0 and -rc in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS):
         # The document crashed the parsing engine or hit the memory cap: retrying won't help.
+        # (A SIGKILL we did not send is the host's OOM killer or an operator: retried below.)
         raise DocumentError(
             "ParserCrashed",
             f"{name} crashed the parser ({signal.Signals(-rc).name}); "

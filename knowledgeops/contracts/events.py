@@ -13,8 +13,6 @@ from knowledgeops.contracts.base import ActivityRef
 
 # Memo key a manual retry sets on the new run: the run id it retries.
 RETRY_OF_MEMO = "retry_of"
-# Memo key a run sets when it finds it was started by an operator's reset: the run it replaced.
-RESET_OF_MEMO = "reset_of"
 
 
 class EventType(StrEnum):

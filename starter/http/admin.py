@@ -218,7 +218,7 @@ async def audit_log(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before_id: int | None = None,
+    before_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> list[AuditRecord]:
     rows = await rt.db.audit.records(
         actor=actor,
