@@ -185,9 +185,12 @@ async def _run_task(service: Any, args: argparse.Namespace) -> int:
         payload = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"--payload is not valid JSON: {e}") from None
-    ref = await service.enqueue(
-        args.task_type, payload, idempotency_key=args.idempotency_key, requested_by=actor()
-    )
+    if args.task_type == TaskType.DOCUMENT_IMPORT.value:
+        ref: Any = await _import_by_payload(service, payload, args.idempotency_key)
+    else:
+        ref = await service.enqueue(
+            args.task_type, payload, idempotency_key=args.idempotency_key, requested_by=actor()
+        )
     if not args.follow:
         print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
         return 0
@@ -225,6 +228,34 @@ async def _schedules(service: Any, args: argparse.Namespace) -> int:
     await service.audit(actor(), f"schedule_{args.action}", [sid], args.reason, "done")
     print(f"{args.action}: {args.task_type}")
     return 0
+
+
+async def _import_by_payload(service: Any, raw: Any, key: str | None) -> Any:
+    """A DOCUMENT_IMPORT goes through the document path (its one task id, admission), as
+    `POST /v1/tasks` does: two imports of one document must never race."""
+    from pydantic import ValidationError
+
+    from knowledgeops.contracts.document_import import DocumentImportPayload
+    from knowledgeops.errors import validation_text
+    from starter.documents import DocumentService
+
+    try:
+        payload = DocumentImportPayload.model_validate(raw)
+    except ValidationError as e:
+        problems = validation_text(e.errors())
+        raise ValueError(f"Invalid DOCUMENT_IMPORT payload: {problems}") from None
+    documents = DocumentService(service, service.db, service.settings)
+    await documents.admit_stored(payload.file_id)
+    return await documents.import_stored(
+        payload.file_id,
+        filename=payload.filename,
+        document_id=payload.document_id,
+        metadata=payload.metadata,
+        idempotency_key=key,
+        requested_by=actor(),
+        chunking=payload.chunking,
+        embed_batch_size=payload.embed_batch_size,
+    )
 
 
 async def follow_and_report(service: Any, tasks: list[tuple[str, str]], *, quiet: bool) -> int:
