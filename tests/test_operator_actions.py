@@ -24,16 +24,23 @@ async def temporal_cli(env: Env, *args: str) -> None:
 
 
 async def reconcile_until(
-    env: Env, done: Callable[[], Awaitable[bool]], seconds: float = 30
+    env: Env, done: Callable[[], Awaitable[bool]], seconds: float = 90
 ) -> OperatorActions:
-    """Reconcile as the worker's loop does until `done()` (visibility lags a little)."""
+    """Reconcile as the worker's loop does until `done()` (visibility lags, more under load)."""
     reconciler = OperatorActions(env.client, env.settings, env.db)
     for _ in range(int(seconds / 0.3)):
         await reconciler.reconcile()
         if await done():
             return reconciler
         await asyncio.sleep(0.3)
-    raise AssertionError("the reconciler did not record the operator's action")
+    closed = [
+        (w.id, w.status, w.close_time)
+        async for w in env.client.list_workflows(
+            f'WorkflowId STARTS_WITH "{env.settings.prefix}" AND CloseTime IS NOT NULL'
+        )
+    ]
+    audit = [(r.action, r.actor, r.task_ids) for r in await env.db.audit.records()]
+    raise AssertionError(f"the reconciler recorded nothing; closed: {closed}; audit: {audit}")
 
 
 async def event_types(env: Env, task_id: str) -> list[EventType]:

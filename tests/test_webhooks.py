@@ -204,6 +204,11 @@ async def test_a_failing_event_is_given_up_as_dead_and_later_ones_flow(
     run = asyncio.create_task(dispatcher.run(stop))
     try:
         await _until(lambda: len(receiver.accepted) >= 2, 20)
+        # The cursor is written after the receiver answered: wait for it, don't assume it.
+        for _ in range(100):
+            if await db.webhook_cursors.get(receiver.url) == 7:
+                break
+            await asyncio.sleep(0.1)
     finally:
         stop.set()
         await run
