@@ -38,7 +38,6 @@ from knowledgeops.backup_archive import (
     part_name,
     part_of,
     sha256_file,
-    write_atomically,
     write_points,
 )
 from knowledgeops.contracts.backup import (
@@ -70,6 +69,7 @@ from knowledgeops.stores.backups import (
     prune_pool,
     remove_archive,
 )
+from knowledgeops.stores.file_store import write_atomically
 
 
 class BackupActivities:

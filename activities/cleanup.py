@@ -46,7 +46,7 @@ from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentRow
-from knowledgeops.stores.file_store import FILE_ID_RE
+from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.task_types import REGISTRY, TaskType
 
 # An upload's temp file older than this belongs to an upload that died.
@@ -261,7 +261,7 @@ class CleanupActivities:
                 items=items,
             )
             path = plan_path(self.settings, req.task_id)
-            await asyncio.to_thread(_write_atomically, path, plan.model_dump_json(indent=1))
+            await asyncio.to_thread(write_atomically, path, plan.model_dump_json(indent=1).encode())
         return FindOrphansResult(plan_path=str(path), items=len(items), found=totals(items))
 
     # -- removing -------------------------------------------------------------------------
@@ -367,10 +367,3 @@ def _unlink_if(path: Path, rule: Callable[[Path], bool]) -> bool:
         return False
     path.unlink(missing_ok=True)
     return True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(text)
-    os.replace(tmp, path)

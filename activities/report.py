@@ -34,7 +34,8 @@ from knowledgeops.contracts.report import (
 from knowledgeops.reporting import EventTally, ReportData, build_report, knowledge_base
 from knowledgeops.resources import Resources
 from knowledgeops.stores import reports
-from knowledgeops.stores.reports import ReportFiles, write_atomic
+from knowledgeops.stores.file_store import write_atomically as write_atomic
+from knowledgeops.stores.reports import ReportFiles
 
 if TYPE_CHECKING:
     from activities.report_render import Draw

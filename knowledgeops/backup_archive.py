@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from knowledgeops.settings import Settings
 from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
+from knowledgeops.stores.file_store import write_atomically
 from knowledgeops.stores.vector_store import StoredPoint
 
 FORMAT_VERSION = 1
@@ -127,15 +128,6 @@ def copy_hashing(source: Path, target: Path) -> str:
         tmp.unlink(missing_ok=True)
         raise
     return digest.hexdigest()
-
-
-def write_atomically(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
-    with tmp.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, target)
 
 
 def fsync_dir(path: Path) -> None:

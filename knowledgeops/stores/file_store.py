@@ -63,3 +63,15 @@ def store_path(files_dir: Path, source: Path, max_bytes: int) -> str:
                 yield block
 
     return store_blocks(files_dir, blocks(), source.name, max_bytes)
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of one, even after a crash (fsync
+    before the rename; the temporary name is per process, so two writers never share it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    with tmp.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)

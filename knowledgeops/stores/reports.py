@@ -9,7 +9,6 @@ are task ids, checked against a pattern with no path separator before they touch
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -96,14 +95,6 @@ class ReportFiles:
                 )
             )
         return sorted(out, key=lambda r: (r.created_at, r.report_id), reverse=True)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 # -- database reads ------------------------------------------------------------------------------
