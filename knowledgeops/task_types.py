@@ -8,6 +8,7 @@ here, and the event store runs the projections named here; `tests/test_registry.
 the rules (bounded retries, heartbeats on long activities, every implementation registered
 exactly once).
 
+The shapes (TaskType, TaskQueue, TaskSpec, ActivityOptions) live in `task_spec.py`.
 Implementations are named by import path ("module:attribute"), not imported: this module is a
 contract that workflows (sandboxed), starters (which never import activities) and the worker
 all read, so it must not pull in any of them.
@@ -15,16 +16,10 @@ all read, so it must not pull in any of them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel
-from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.workflow import ActivityCancellationType
 
 from knowledgeops.contracts import planned
 from knowledgeops.contracts.backup import (
@@ -58,105 +53,26 @@ from knowledgeops.contracts.report import (
     ReportGeneratePayload,
     ReportResult,
 )
+from knowledgeops.task_spec import (
+    MAX_HEARTBEAT_TIMEOUT,
+    TASK_TYPE_SEARCH_ATTRIBUTE,
+    ActivityOptions,
+    Scheduled,
+    TaskQueue,
+    TaskSpec,
+    TaskType,
+    load,
+)
+from knowledgeops.task_spec import retry as _retry
 
-# Keyword search attribute set on every workflow we start; operators filter by it in the Web UI.
-TASK_TYPE_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("TaskType")
-# Longest heartbeat timeout the product allows: nothing runs 30 minutes unobserved.
-MAX_HEARTBEAT_TIMEOUT = timedelta(minutes=30)
-
-
-class TaskType(StrEnum):
-    DOCUMENT_IMPORT = "DOCUMENT_IMPORT"
-    OCR_PROCESS = "OCR_PROCESS"
-    VISION_ANALYZE = "VISION_ANALYZE"
-    EMBEDDING_GENERATE = "EMBEDDING_GENERATE"
-    INDEXING_UPSERT = "INDEXING_UPSERT"
-    GENERATE_ARTIFACT = "GENERATE_ARTIFACT"
-    AI_ANALYSIS = "AI_ANALYSIS"
-    GENERATE_REVIEW_CARD = "GENERATE_REVIEW_CARD"
-    BACKUP_EXECUTE = "BACKUP_EXECUTE"
-    CLEANUP_EXECUTE = "CLEANUP_EXECUTE"
-    AGENT_TASK = "AGENT_TASK"
-    REPORT_GENERATE = "REPORT_GENERATE"
-
-
-class TaskQueue(StrEnum):
-    # Split by resource profile so pools can scale separately (CPU-bound ingest vs. API-bound AI).
-    INGEST = "knowledgeops-ingest"
-    AI = "knowledgeops-ai"
-    MAINTENANCE = "knowledgeops-maintenance"
-    AGENTS = "knowledgeops-agents"
-    # Only parse activities; its workers run PARSER_CONCURRENCY at once, so a parse waits for
-    # a parser in the queue (schedule-to-start), outside its attempt's start-to-close clock.
-    PARSE = "knowledgeops-parse"
-
-
-@dataclass(frozen=True)
-class ActivityOptions:
-    start_to_close: timedelta
-    retry_policy: RetryPolicy
-    heartbeat_timeout: timedelta | None = None
-    # A queue of its own (e.g. a capacity-limited pool); None: the task type's queue.
-    task_queue: TaskQueue | None = None
-
-    def as_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `workflow.execute_activity`."""
-        return {
-            "start_to_close_timeout": self.start_to_close,
-            "heartbeat_timeout": self.heartbeat_timeout,
-            "retry_policy": self.retry_policy,
-            # A heartbeating activity receives cancellation; wait until it has really stopped,
-            # so cleanup that follows never races one of its late writes.
-            "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if self.heartbeat_timeout is not None
-            else ActivityCancellationType.TRY_CANCEL,
-        }
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    """A type that runs on a Temporal Schedule: the setting holding its cron expression (empty
-    = no schedule) and the payload each scheduled run gets."""
-
-    setting: str
-    payload: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    task_type: TaskType
-    payload_model: type[BaseModel]
-    task_queue: TaskQueue
-    description: str
-    execution_timeout: timedelta = timedelta(hours=6)
-    # Workflow type name (what starters start and the Web UI shows) and its class.
-    workflow_name: str | None = None
-    workflow_class: str | None = None
-    result_model: type[BaseModel] | None = None
-    # Options of every activity the workflow runs, by activity name.
-    activities: Mapping[str, ActivityOptions] = field(default_factory=dict)
-    # Classes implementing those activities; each is built once per worker from its resources.
-    activity_classes: tuple[str, ...] = ()
-    # What `done` / `total` count in this type's progress.
-    progress_unit: str = "steps"
-    # Class that keeps a read model up to date from this type's domain events.
-    projection: str | None = None
-    # Runs on a schedule (knowledgeops/schedules.py) when declared.
-    schedule: Scheduled | None = None
-
-    @property
-    def implemented(self) -> bool:
-        return self.workflow_class is not None
-
-
-def _retry(attempts: int, *, initial: float = 1.0, maximum: float = 60.0) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=initial),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=maximum),
-        maximum_attempts=attempts,
-    )
-
+__all__ = [
+    "MAX_HEARTBEAT_TIMEOUT",
+    "TASK_TYPE_SEARCH_ATTRIBUTE",
+    "TaskQueue",
+    "TaskSpec",
+    "TaskType",
+    "load",
+]
 
 # Activities every workflow uses, registered on every task queue.
 COMMON_ACTIVITIES: Mapping[str, ActivityOptions] = {
@@ -385,9 +301,3 @@ def activity_options(task_type: TaskType, activity_name: str) -> ActivityOptions
     if options is None:
         raise LookupError(f"{task_type} declares no activity {activity_name!r} in the registry")
     return options
-
-
-def load(path: str) -> Any:
-    """The object an implementation path ("package.module:attribute") names."""
-    module, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module), attribute)
