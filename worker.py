@@ -50,6 +50,7 @@ class QueuePlan:
 # Queues whose worker runs fewer activities at once than WORKER_MAX_ACTIVITIES.
 QUEUE_CAPACITY: dict[TaskQueue, Callable[[Settings], int]] = {
     TaskQueue.PARSE: lambda s: s.parser_concurrency,
+    TaskQueue.PARSE_EXPRESS: lambda s: 1,
 }
 
 
@@ -83,12 +84,14 @@ def plan_queues(resources: Resources) -> dict[str, QueuePlan]:
                 if own is None or own.task_queue is None:
                     plan.activities[name] = method
                     continue
-                # An activity with a queue of its own is registered there only.
-                queue = resources.settings.queue(own.task_queue.value)
-                capacity = QUEUE_CAPACITY.get(own.task_queue)
-                other = plans.setdefault(queue, QueuePlan())
-                other.activities[name] = method
-                other.max_activities = capacity(resources.settings) if capacity else None
+                # An activity with a queue of its own is registered there only (and on its
+                # express lane, if it has one).
+                for own_queue in filter(None, (own.task_queue, own.express_queue)):
+                    queue = resources.settings.queue(own_queue.value)
+                    capacity = QUEUE_CAPACITY.get(own_queue)
+                    other = plans.setdefault(queue, QueuePlan())
+                    other.activities[name] = method
+                    other.max_activities = capacity(resources.settings) if capacity else None
     return plans
 
 

@@ -58,7 +58,7 @@ from knowledgeops.contracts.backup import (
     RetentionResult,
 )
 from knowledgeops.resources import Resources
-from knowledgeops.stores import file_store
+from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import (
     LISTING,
     MANIFEST,
@@ -270,7 +270,8 @@ def _sources(files_dir: Path, chunks_dir: Path) -> list[tuple[str, Path]]:
         found += [
             (f"chunks/{p.name}", p)
             for p in chunks_dir.iterdir()
-            if p.suffix in (".jsonl", ".idx") and p.is_file()
+            # `.live` names each document's published version (chunk_store).
+            if p.suffix in (".jsonl", ".idx", chunk_store.LIVE_SUFFIX) and p.is_file()
         ]
     return sorted(found)
 

@@ -45,16 +45,16 @@ from knowledgeops.contracts.cleanup import (
 from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
+from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.task_types import REGISTRY, TaskType
 
 # An upload's temp file older than this belongs to an upload that died.
 UPLOAD_TEMP_AGE = timedelta(hours=1)
-# Written by ChunkWriter: `<document>.jsonl.tmp-<pid>` / `<document>.idx.tmp-<pid>`.
+# Written by ChunkWriter and the parser: `<name>.tmp-<pid>` next to the file it becomes.
 PARSER_TEMP_RE = re.compile(r"\.tmp-(\d+)$")
 UPLOAD_TEMP_PREFIX = ".upload-"
-CHUNK_SUFFIXES = (".jsonl", ".idx")
 EVENTS_TABLE, AUDIT_TABLE = "task_events", "audit_log"
 # Running imports whose input is read at once (one history page each).
 INPUT_READS = 16
@@ -171,10 +171,7 @@ class CleanupActivities:
 
     @staticmethod
     def _chunk_document(path: Path) -> str | None:
-        for suffix in CHUNK_SUFFIXES:
-            if path.name.endswith(suffix):
-                return path.name[: -len(suffix)]
-        return None
+        return chunk_store.document_of(path)
 
     def _temp_orphan(self, path: Path, grace: timedelta) -> bool:
         age = _age(path)

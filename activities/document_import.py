@@ -1,27 +1,33 @@
-"""Activities of DOCUMENT_IMPORT: parse, embed + upsert, delete a document's points."""
+"""Activities of DOCUMENT_IMPORT: parse, chunk, and publish or discard the import's version.
+Its embed and upsert steps are in activities/indexing.py (shared with EMBEDDING_GENERATE and
+INDEXING_UPSERT)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
 
-from activities.ingest.indexing import index_document
-from activities.ingest.parse_runner import run_parse
+from activities.ingest.parse_runner import run_chunk, run_parse
 from activities.ingest.parser_process import ParserLimits
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.ingest.sections import sections_path
+from activities.support import Heartbeater, bad_input
 from knowledgeops.contracts.document_import import (
-    DELETE_DOCUMENT_POINTS,
-    EMBED_AND_UPSERT,
+    CHUNK_DOCUMENT,
+    DISCARD_VERSION,
     PARSE_DOCUMENT,
-    DeleteDocumentRequest,
-    EmbedCheckpoint,
-    EmbedRequest,
-    EmbedResult,
+    PUBLISH_VERSION,
+    ChunkRequest,
+    ChunkResult,
+    DiscardResult,
     ParseRequest,
     ParseResult,
+    PublishResult,
+    VersionRequest,
 )
-from knowledgeops.errors import DocumentError, EmbeddingRejectedError
+from knowledgeops.errors import DocumentError
 from knowledgeops.resources import Resources
-from knowledgeops.stores import file_store
+from knowledgeops.stores import chunk_store, file_store
 
 
 class ImportActivities:
@@ -30,6 +36,13 @@ class ImportActivities:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.settings = resources.settings
+
+    def _limits(self) -> ParserLimits:
+        return ParserLimits(
+            cpu_seconds=self.settings.parser_cpu_seconds,
+            wall_seconds=self.settings.parser_wall_seconds,
+            max_characters=self.settings.max_document_characters,
+        )
 
     @activity.defn(name=PARSE_DOCUMENT.name)
     async def parse_document(self, req: ParseRequest) -> ParseResult:
@@ -55,50 +68,69 @@ class ImportActivities:
                     path,
                     req.filename or path.name,
                     req.document_id,
-                    self.settings.chunks_dir,
-                    req.chunking,
+                    sections_path(self.settings.chunks_dir, req.document_id, req.version),
                     self.settings.parser_memory_mb,
-                    ParserLimits(
-                        cpu_seconds=self.settings.parser_cpu_seconds,
-                        wall_seconds=self.settings.parser_wall_seconds,
-                        max_chunks=self.settings.max_document_chunks,
-                        max_characters=self.settings.max_document_characters,
-                    ),
+                    self._limits(),
                 )
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None
 
-    @activity.defn(name=EMBED_AND_UPSERT.name)
-    async def embed_and_upsert(self, req: EmbedRequest) -> EmbedResult:
-        checkpoint = resume_from(
-            EmbedCheckpoint(total=req.total_chunks),
-            # A checkpoint of another parse of the document is worthless.
-            lambda cp: cp.total == req.total_chunks and cp.done <= req.total_chunks,
-        )
-        hb = Heartbeater(checkpoint.model_dump())
-
-        async def on_wait() -> None:
-            hb.beat()
-
-        try:
-            async with hb:
-                return await index_document(
-                    self.resources.store,
-                    self.resources.embedder,
-                    self.settings.chunks_dir,
-                    req,
-                    checkpoint,
-                    lambda cp: hb.update(cp.model_dump()),
-                    on_wait,
-                )
-        except EmbeddingRejectedError as e:
-            raise bad_input("EmbeddingRejected", str(e)) from None
-        except FileNotFoundError as e:
-            raise bad_input("ChunksMissing", str(e)) from None
-
-    @activity.defn(name=DELETE_DOCUMENT_POINTS.name)
-    async def delete_document_points(self, req: DeleteDocumentRequest) -> int:
-        async with Heartbeater():
-            return await self.resources.store.delete_document(
-                self.resources.collection, req.document_id
+    @activity.defn(name=CHUNK_DOCUMENT.name)
+    async def chunk_document(self, req: ChunkRequest) -> ChunkResult:
+        chunks_dir = self.settings.chunks_dir
+        if chunk_store.has_version(chunks_dir, req.document_id, req.version):
+            # Chunked by an earlier attempt that died before reporting: same input, same chunks.
+            count = chunk_store.ChunkReader(chunks_dir, req.document_id, req.version).count
+            return ChunkResult(total_chunks=count)
+        sections = sections_path(chunks_dir, req.document_id, req.version)
+        if not sections.exists():
+            raise bad_input(
+                "SectionsMissing",
+                f"the parsed text of {req.document_id} version {req.version} is gone (removed "
+                "by a delete or a cleanup); import the document again",
             )
+        try:
+            async with Heartbeater():
+                total = await run_chunk(
+                    sections,
+                    req.document_id,
+                    req.document_id,
+                    req.version,
+                    chunks_dir,
+                    req.chunking,
+                    req.format == "md",
+                    self.settings.parser_memory_mb,
+                    self._limits(),
+                    self.settings.max_document_chunks,
+                    (self.settings.ocr_dir, req.ocr_file_id, req.ocr_pages)
+                    if req.ocr_file_id
+                    else None,
+                )
+        except DocumentError as e:
+            raise bad_input(e.kind, e.message) from None
+        return ChunkResult(total_chunks=total)
+
+    @activity.defn(name=PUBLISH_VERSION.name)
+    async def publish_version(self, req: VersionRequest) -> PublishResult:
+        """Search switches to this version's points; then its chunk files become the live ones
+        (the previous version's are removed)."""
+        chunks_dir = self.settings.chunks_dir
+        async with Heartbeater():
+            stale = await self.resources.store.publish(
+                self.resources.collection, req.document_id, req.version
+            )
+            await asyncio.to_thread(chunk_store.publish, chunks_dir, req.document_id, req.version)
+        return PublishResult(stale_removed=stale)
+
+    @activity.defn(name=DISCARD_VERSION.name)
+    async def discard_version(self, req: VersionRequest) -> DiscardResult:
+        """What a failed or cancelled import wrote: its staged points, chunk and section
+        files. The live version is never touched."""
+        chunks_dir = self.settings.chunks_dir
+        async with Heartbeater():
+            n = await self.resources.store.discard_staged(
+                self.resources.collection, req.document_id, req.version
+            )
+            await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
+            sections_path(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
+        return DiscardResult(points_removed=n)

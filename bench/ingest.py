@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from activities.ingest.indexing import index_document
-from activities.ingest.parse_runner import run_parse
+from activities.ingest.indexing import embed_chunks, upsert_chunks
+from activities.ingest.parse_runner import run_chunk, run_parse
+from activities.ingest.sections import sections_path
 from bench.common import (
     MemorySampler,
     bench_settings,
@@ -27,10 +28,17 @@ from bench.common import (
     write_big_text,
     write_corpus,
 )
-from knowledgeops.contracts.document_import import ChunkingOptions, EmbedCheckpoint, EmbedRequest
+from knowledgeops.contracts.document_import import (
+    ChunkingOptions,
+    EmbedCheckpoint,
+    EmbedRequest,
+    UpsertCheckpoint,
+    UpsertRequest,
+)
 from knowledgeops.embedding import make_embedder
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
+from knowledgeops.stores.chunk_store import publish
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
@@ -39,6 +47,7 @@ from starter.service import TaskQueueService
 
 
 async def direct(settings: Settings, files: list[Path], concurrency: int) -> tuple[float, int]:
+    """The import's parse, chunk, embed, upsert and publish steps, called in-process."""
     store = VectorStore.open(settings)
     embedder = make_embedder(settings)
     await embedder.warm_up()
@@ -46,34 +55,34 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
     options = ChunkingOptions(
         chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap
     )
+    chunks_dir = settings.chunks_dir
 
     async def one(path: Path) -> int:
         async with sem:
             file_id = file_store.store_path(settings.files_dir, path, settings.max_file_bytes)
-            doc = derive_document_id(file_id)
+            doc, version = derive_document_id(file_id), "v1"
+            sections = sections_path(chunks_dir, doc, version)
             parsed = await run_parse(
-                settings.files_dir / file_id,
-                path.name,
-                doc,
-                settings.chunks_dir,
-                options,
-                settings.parser_memory_mb,
+                settings.files_dir / file_id, path.name, doc, sections, settings.parser_memory_mb
             )
-            req = EmbedRequest(
-                document_id=doc,
-                total_chunks=parsed.total_chunks,
-                batch_size=settings.embedding_batch_size,
-                filename=path.name,
+            total = await run_chunk(
+                sections, path.name, doc, version, chunks_dir, options,
+                parsed.format == "md", settings.parser_memory_mb,
+            )  # fmt: skip
+            embed = EmbedRequest(
+                document_id=doc, version=version, batch_size=settings.embedding_batch_size
             )
-            await index_document(
-                store,
-                embedder,
-                settings.chunks_dir,
-                req,
-                EmbedCheckpoint(total=parsed.total_chunks),
+            await embed_chunks(
+                store, embedder, chunks_dir, embed, EmbedCheckpoint(total=total), lambda cp: None
+            )
+            upsert = UpsertRequest(document_id=doc, version=version, staged=True)
+            await upsert_chunks(
+                store, embedder.model_id, chunks_dir, upsert, UpsertCheckpoint(total=total),
                 lambda cp: None,
-            )
-            return parsed.total_chunks
+            )  # fmt: skip
+            await store.publish(VectorStore.collection_name(embedder.model_id), doc, version)
+            publish(chunks_dir, doc, version)
+            return total
 
     started = time.perf_counter()
     chunks = sum(await asyncio.gather(*(one(p) for p in files)))

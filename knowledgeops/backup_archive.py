@@ -42,7 +42,9 @@ COLLECTION_META = "collection.json"
 POINTS_PER_PART = 1000
 _BLOCK = 1024 * 1024
 # What a listing may restore into: a stored file or a chunk file, never a path elsewhere.
-_LISTED_PATH = re.compile(r"^(files/[0-9a-f]{64}(\.[a-z0-9]{1,10})?|chunks/[^/\\]+\.(jsonl|idx))$")
+_LISTED_PATH = re.compile(
+    r"^(files/[0-9a-f]{64}(\.[a-z0-9]{1,10})?|chunks/[^/\\]+\.(jsonl|idx|live))$"
+)
 
 
 class Part(BaseModel):

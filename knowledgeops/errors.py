@@ -8,6 +8,8 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
+from knowledgeops.contracts.ai import TokenUsage
+
 
 def failure_text(err: BaseException) -> str:
     """The innermost cause of a Temporal failure chain, as `Type: message`: the part a user
@@ -39,3 +41,21 @@ class EmbeddingRejectedError(Exception):
 
 class EmbeddingUnavailableError(Exception):
     """The embedding provider kept failing transiently; Temporal retries the activity."""
+
+
+class ChatRejectedError(Exception):
+    """The chat / vision provider refused the request (bad key, model, input): not retryable."""
+
+
+class ChatUnavailableError(Exception):
+    """The chat / vision provider kept failing transiently; Temporal retries the activity."""
+
+
+class ChatAnswerInvalidError(Exception):
+    """The model kept answering with something that is not the requested structure: retrying
+    the activity would pay for the same failure again, so it is not retried. Carries the
+    tokens the failed answers used."""
+
+    def __init__(self, message: str, usage: TokenUsage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage

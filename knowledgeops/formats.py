@@ -16,8 +16,6 @@ from knowledgeops.errors import DocumentError
 MAX_DOCX_INFLATED_BYTES = 512 * 1024 * 1024
 
 _BINARY_MAGIC: list[tuple[bytes, str]] = [
-    (b"\x89PNG", "a PNG image (use OCR_PROCESS or VISION_ANALYZE for images)"),
-    (b"\xff\xd8\xff", "a JPEG image (use OCR_PROCESS or VISION_ANALYZE for images)"),
     (b"GIF8", "a GIF image"),
     (b"\x7fELF", "an executable (ELF)"),
     (b"MZ", "a Windows executable"),
@@ -49,6 +47,9 @@ def detect_format(path: Path, filename: str) -> str:
         )
     if ext == ".docx":
         raise DocumentError("CorruptDocument", f"{filename} is named .docx but is not a zip")
+    image = image_format(head)
+    if image is not None:
+        return image
     for magic, what in _BINARY_MAGIC:
         if head.startswith(magic):
             raise DocumentError(
@@ -70,6 +71,26 @@ def detect_format(path: Path, filename: str) -> str:
     raise DocumentError(
         "UnsupportedFormat", f"{filename}: unsupported file type {ext!r}; supported: {SUPPORTED}"
     )
+
+
+# DIB header sizes of real BMP files: "BM" alone would also match text starting with "BM".
+_BMP_HEADER_SIZES = {12, 40, 52, 56, 64, 108, 124}
+
+
+def image_format(head: bytes) -> str | None:
+    """The image format OCR reads ("png", "jpeg", "tiff", "webp", "bmp") from the first
+    bytes, or None."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith((b"II*\x00", b"MM\x00*")):
+        return "tiff"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "webp"
+    if head.startswith(b"BM") and int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES:
+        return "bmp"
+    return None
 
 
 def _zip_format(path: Path, filename: str) -> str:

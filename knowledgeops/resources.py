@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from knowledgeops.chat import ChatModel, make_chat_model
 from knowledgeops.embedding import Embedder, make_embedder
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
@@ -22,6 +23,9 @@ class Resources:
     db: Database
     store: VectorStore
     embedder: Embedder
+    # None: no CHAT_MODEL / VISION_MODEL configured (the AI types use their local methods).
+    chat: ChatModel | None = None
+    vision: ChatModel | None = None
 
     @property
     def collection(self) -> str:
@@ -31,7 +35,7 @@ class Resources:
 
 @contextlib.asynccontextmanager
 async def open_resources(settings: Settings, *, warm_up: bool = True) -> AsyncIterator[Resources]:
-    """Database (migrated), vector index and embedder; closed in reverse on exit."""
+    """Database (migrated), vector index, embedder and chat models; closed in reverse on exit."""
     async with contextlib.AsyncExitStack() as stack:
         db = await Database.open(settings)
         stack.push_async_callback(db.close)
@@ -41,4 +45,10 @@ async def open_resources(settings: Settings, *, warm_up: bool = True) -> AsyncIt
         stack.push_async_callback(embedder.aclose)
         if warm_up:
             await embedder.warm_up()
-        yield Resources(settings, db, store, embedder)
+        chat = make_chat_model(settings)
+        if chat is not None:
+            stack.push_async_callback(chat.aclose)
+        vision = make_chat_model(settings, vision=True)
+        if vision is not None:
+            stack.push_async_callback(vision.aclose)
+        yield Resources(settings, db, store, embedder, chat, vision)

@@ -27,7 +27,7 @@ from knowledgeops.backup_archive import (
     verify,
 )
 from knowledgeops.settings import Settings
-from knowledgeops.stores import file_store
+from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import pool_dir
 from knowledgeops.stores.database import Database, migrate_to_head
 from knowledgeops.stores.vector_store import QdrantLockedError, VectorStore
@@ -63,7 +63,7 @@ async def existing_data(settings: Settings, db: Database, store: VectorStore) ->
         if n:
             found.append(f"{n} stored files")
     if settings.chunks_dir.is_dir():
-        n = sum(1 for p in settings.chunks_dir.iterdir() if p.suffix == ".jsonl")
+        n = len({d for p in settings.chunks_dir.iterdir() if (d := chunk_store.document_of(p))})
         if n:
             found.append(f"chunk files of {n} documents")
     points = sum([await store.count(c) for c in await store.collections()])

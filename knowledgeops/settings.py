@@ -39,6 +39,15 @@ class Settings(BaseSettings):
     openai_base_url: str = Field(default="", alias="OPENAI_BASE_URL")
     openai_timeout_seconds: float = Field(default=30.0, gt=0, alias="OPENAI_TIMEOUT_SECONDS")
     openai_max_retries: int = Field(default=6, ge=0, le=20, alias="OPENAI_MAX_RETRIES")
+    # Chat and vision models on the same OpenAI-compatible endpoint. Empty: no such model; the
+    # AI task types then use their local methods (or fail at once naming the setting).
+    chat_model: str = Field(default="", alias="CHAT_MODEL")
+    vision_model: str = Field(default="", alias="VISION_MODEL")
+    # A chat answer can take minutes to generate, far longer than an embedding request.
+    chat_timeout_seconds: float = Field(default=180.0, gt=0, alias="CHAT_TIMEOUT_SECONDS")
+    # Document text one chat request carries at most (tokens, counted by UTF-8 bytes: never
+    # under); a longer document goes map-reduce over chunk groups of this size.
+    chat_input_tokens: int = Field(default=12_000, ge=256, le=1_000_000, alias="CHAT_INPUT_TOKENS")
 
     qdrant_url: str = Field(default="", alias="QDRANT_URL")
     qdrant_api_key: str = Field(default="", alias="QDRANT_API_KEY")
@@ -51,7 +60,12 @@ class Settings(BaseSettings):
 
     # Activities one worker runs at once (imports in flight). The local embedder serialises
     # on the CPU anyway; more helps with a remote embedding API.
-    worker_max_activities: int = Field(default=8, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
+    # Activities one worker runs at once per queue. Most of them wait (on the one local model,
+    # a model server, the index), so slots are cheap; too few and a small document's next step
+    # waits for a bulk import's activity to finish before it even starts (fair scheduling).
+    worker_max_activities: int = Field(default=32, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
+    # Imports of files up to this size run at a higher Temporal priority (fair scheduling).
+    small_document_bytes: int = Field(default=32 * 1024, ge=0, alias="SMALL_DOCUMENT_BYTES")
 
     # Application database (audit log, domain events, document catalogue). Empty: SQLite
     # file under the data directory. PostgreSQL: postgresql+asyncpg://user:pw@host/db
@@ -188,6 +202,14 @@ class Settings(BaseSettings):
     @property
     def reports_dir(self) -> Path:
         return self.data_dir / "reports"
+
+    @property
+    def outputs_dir(self) -> Path:
+        return self.data_dir / "outputs"
+
+    @property
+    def ocr_dir(self) -> Path:
+        return self.data_dir / "ocr"
 
     @property
     def qdrant_path(self) -> Path:

@@ -47,6 +47,13 @@ class TaskQueue(StrEnum):
     # Only parse activities; its workers run PARSER_CONCURRENCY at once, so a parse waits for
     # a parser in the queue (schedule-to-start), outside its attempt's start-to-close clock.
     PARSE = "knowledgeops-parse"
+    # The parsers' express lane: one more parser, only for tasks at EXPRESS_PRIORITY (small
+    # documents), so a one-page upload never waits for a 2 MB file's parse to end.
+    PARSE_EXPRESS = "knowledgeops-parse-express"
+
+
+# Temporal priority key of tasks that take express lanes (1 = first; unset = 3).
+EXPRESS_PRIORITY = 1
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class ActivityOptions:
     heartbeat_timeout: timedelta | None = None
     # A queue of its own (e.g. a capacity-limited pool); None: the task type's queue.
     task_queue: TaskQueue | None = None
+    # Where runs of a task at EXPRESS_PRIORITY go instead of `task_queue` (a reserved lane).
+    express_queue: TaskQueue | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `workflow.execute_activity`."""

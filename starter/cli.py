@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--tags", default="", help="comma-separated")
     i.add_argument("--owner")
 
+    from starter import cli_ocr
+
+    cli_ocr.add_parser(sub)
+
     r = sub.add_parser("run", help="start a task of any implemented type")
     r.add_argument("task_type", choices=[t.value for t in TaskType], metavar="TYPE")
     r.add_argument("--payload", default="{}", help="JSON, or @file with JSON")
@@ -49,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cancel", help="cancel a task (an import's partial index entries go)")
     c.add_argument("task_id")
     c.add_argument("--reason", default="", help="recorded in the audit log")
+
+    m = sub.add_parser("message", help="send a follow-up message to an agent task, print the reply")
+    m.add_argument("task_id")
+    m.add_argument("text")
+    m.add_argument("--json", action="store_true")
 
     d = sub.add_parser("documents", help="list, show or delete documents")
     dsub = d.add_subparsers(dest="action", required=True)
@@ -84,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("archive", help="archive name under the backups folder, or its path")
     rs.add_argument("--force", action="store_true", help="replace existing data")
     rs.add_argument("--json", action="store_true")
+
+    cd = sub.add_parser("cards", help="a document's review cards and their FSRS state")
+    cd.add_argument("document_id")
+    cd.add_argument("--limit", type=int, default=100)
+    cd.add_argument("--offset", type=int, default=0)
+    cd.add_argument("--json", action="store_true")
 
     q = sub.add_parser("search", help="semantic search over imported documents")
     q.add_argument("query")
@@ -154,6 +169,10 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
         from starter import cli_maintenance
 
         return await cli_maintenance.command(args, settings)
+    if args.command == "cards":
+        from starter import cli_cards
+
+        return await cli_cards.command(args, settings)
     if args.command in ("import", "documents", "search"):
         from starter import cli_documents
 
@@ -161,6 +180,10 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     async with task_service(settings) as service:
         if args.command == "run":
             return await _run_task(service, args)
+        if args.command == "ocr":
+            from starter import cli_ocr
+
+            return await cli_ocr.command(service, args, settings)
         if args.command == "schedules":
             return await _schedules(service, args)
         if args.command == "status":
@@ -174,6 +197,10 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
             await service.cancel(args.task_id, reason=args.reason, actor=actor())
             print(f"cancel requested for {args.task_id}")
             return 0
+        if args.command == "message":
+            from starter.agent import cli_message
+
+            return await cli_message(service, args.task_id, args.text, args.json)
     raise AssertionError(args.command)
 
 

@@ -22,6 +22,7 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.common import (
+    Priority,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -131,6 +132,7 @@ class TaskQueueService:
         task_id: str | None = None,
         owner: str | None = None,
         memo: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> TaskRef:
         """Validate and start a task. `task_id` (before the deployment prefix) names a task
         that must never run twice at once: a duplicate submission joins the running one."""
@@ -178,6 +180,8 @@ class TaskQueueService:
                 # A duplicate submission while the task runs joins it instead of doubling it.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=reuse,
+                # Its activities inherit it: a backlogged queue hands out lower keys first.
+                priority=Priority(priority_key=priority) if priority else Priority.default,
             )
             run_id = handle.result_run_id
         except WorkflowAlreadyStartedError:
@@ -344,6 +348,12 @@ class TaskQueueService:
         """Record a manual action in the audit log (when this service has a database)."""
         if self.db is not None:
             await self.db.audit.record(actor, action, task_ids, reason, outcome, details)
+
+    async def handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
+        """The Temporal handle of one of this system's tasks (else TaskNotFoundError), for what
+        a type adds itself, e.g. the agent's message update (starter/agent.py)."""
+        await self._describe(task_id)
+        return self.client.get_workflow_handle(task_id)
 
     async def wait(self, task_id: str, timeout: float | None = None) -> TaskStatus:
         """Block until the task finishes (a long poll on its result, not a polling loop)."""

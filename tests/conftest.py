@@ -20,6 +20,7 @@ import pytest
 from pydantic_settings import BaseSettings
 from temporalio.client import Client
 
+from knowledgeops.chat import make_chat_model
 from knowledgeops.embedding import Embedder, make_embedder
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
@@ -109,6 +110,21 @@ def openai_settings(settings: Settings, fake: FakeOpenAI, **overrides: object) -
     )
 
 
+def chat_settings(settings: Settings, fake: FakeOpenAI, **overrides: object) -> Settings:
+    """Chat and vision models on the fake server; embeddings stay as they were (local)."""
+    return settings.model_copy(
+        update={
+            "chat_model": "fake-chat",
+            "vision_model": "fake-vision",
+            "openai_base_url": fake.base_url,
+            "openai_api_key": fake.api_key,
+            "chat_timeout_seconds": 5.0,
+            "openai_max_retries": 3,
+            **overrides,
+        }
+    )
+
+
 @dataclass
 class Env:
     client: Client
@@ -124,9 +140,10 @@ class Env:
         assert self._store is not None, "this Env does not open the index (worker=False)"
         return self._store
 
-    async def points(self, document_id: str | None = None) -> int:
+    async def points(self, document_id: str | None = None, *, staged: bool = False) -> int:
+        """Searchable points (of a document); with `staged`, an import's unpublished ones too."""
         collection = VectorStore.collection_name(self.embedder.model_id)
-        return await self.store.count(collection, document_id)
+        return await self.store.count(collection, document_id, staged=staged)
 
 
 @asynccontextmanager
@@ -142,9 +159,11 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
     service = TaskQueueService(client, settings, db)
     documents = DocumentService(service, db, settings, store)
     env = Env(client, settings, service, documents, embedder, store, db)
-    workers = (
-        build_workers(client, Resources(settings, db, store, embedder)) if store is not None else []
+    chat, vision = make_chat_model(settings), make_chat_model(settings, vision=True)
+    resources = (
+        Resources(settings, db, store, embedder, chat, vision) if store is not None else None
     )
+    workers = build_workers(client, resources) if resources is not None else []
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield env
@@ -154,6 +173,9 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
         if store is not None:
             store.close()
         await embedder.aclose()
+        for model in (chat, vision):
+            if model is not None:
+                await model.aclose()
         await db.close()
 
 

@@ -1,11 +1,38 @@
-"""A local OpenAI-compatible embeddings server for tests and benchmarks (real HTTP).
+"""A local OpenAI-compatible server for tests and benchmarks (real HTTP): embeddings and chat.
 
-Deterministic vectors (a hash of the text), a record of every input it embedded, and faults
-on demand: latency, 429 with Retry-After, 5xx, 401/404 and hanging responses (timeouts).
+Embeddings (`/v1/embeddings`): deterministic vectors (a hash of the text), a record of every
+input it embedded, and faults on demand: latency, 429 with Retry-After, 5xx, 401/404 and
+hanging responses (timeouts).
+
+Chat (`/v1/chat/completions`, models `fake-chat` and `fake-vision`; its own faults and
+counters, so chat traffic never changes what the embedding tests see). How to script it:
+
+    fake.chat_script = lambda body: ...   # body: the request JSON (messages, tools, ...)
+
+The script returns the answer: a `str` (the message content), a `dict` / `list` (sent as JSON
+text: what a structured call validates), or a `ChatAnswer` (content, tool calls, finish
+reason, token counts). Helpers for scripts: `last_user_text(body)`, `all_text(body)`,
+`response_schema(body)` (the json_schema a structured call asked for, or None),
+`example_of(schema)` (a minimal valid instance of a schema), `tool_results(body)` (the
+`tool` messages so far). Without a script the default answers: an instance of the requested
+schema (`example_of`), `{}` in JSON mode, else "fake answer to: <last user text>". A script
+that raises makes the server answer 500 (the test sees the error in `chat_errors`).
+
+    fake.chat_script = lambda body: ChatAnswer(tool_calls=[("search", {"query": "x"})])
+
+Faults: `fake.chat_faults.append(ChatFault(429, retry_after=1.5))` (the next chat request),
+`fake.chat_fail_on[3] = ChatFault(500)` (the 3rd chat request, 1-based),
+`ChatFault(malformed=True)` (200 with content that is not JSON), `ChatFault(hang_seconds=5)`.
+Records: `fake.chat_requests` (every request body, faulted ones included), `fake.chat_calls`
+(their count), `fake.chat_answered` (bodies that got a 200 answer), `fake.chat_images` (the
+MIME type of every image part received, in order). Every answer carries usage: prompt tokens
+= words in the messages, completion tokens = words in the answer (or the `ChatAnswer`'s).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import random
@@ -13,9 +40,10 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass
@@ -23,6 +51,31 @@ class Fault:
     status: int = 500
     retry_after: float | None = None
     hang_seconds: float = 0.0  # > client timeout: the client sees a timeout
+
+
+@dataclass
+class ChatFault:
+    status: int = 500
+    retry_after: float | None = None
+    hang_seconds: float = 0.0
+    # A 200 answer whose content is not JSON (a structured call must retry it).
+    malformed: bool = False
+    # The error message, e.g. what a server without structured outputs says.
+    message: str = "injected fault"
+
+
+@dataclass
+class ChatAnswer:
+    content: str | None = None
+    # (name, arguments) pairs or full {"id", "name", "arguments"} dicts; arguments a dict or
+    # JSON text.
+    tool_calls: list[Any] = field(default_factory=list)
+    finish_reason: str | None = None  # default: "tool_calls" with tool calls, else "stop"
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+ChatScript = Callable[[dict[str, Any]], "ChatAnswer | str | dict[str, Any] | list[Any]"]
 
 
 @dataclass
@@ -40,6 +93,15 @@ class FakeOpenAI:
     inputs: list[str] = field(default_factory=list)
     requests: int = 0
     request_times: list[float] = field(default_factory=list)
+    chat_models: tuple[str, ...] = ("fake-chat", "fake-vision")
+    chat_script: ChatScript | None = None
+    chat_latency: float = 0.0
+    chat_faults: deque[ChatFault] = field(default_factory=deque)
+    chat_fail_on: dict[int, ChatFault] = field(default_factory=dict)
+    chat_requests: list[dict[str, Any]] = field(default_factory=list)
+    chat_answered: list[dict[str, Any]] = field(default_factory=list)
+    chat_images: list[str] = field(default_factory=list)
+    chat_errors: list[str] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _random: random.Random | None = None
@@ -77,6 +139,11 @@ class FakeOpenAI:
         with self._lock:
             return len(self.inputs)
 
+    @property
+    def chat_calls(self) -> int:
+        with self._lock:
+            return len(self.chat_requests)
+
     def start(self) -> FakeOpenAI:
         fake = self
 
@@ -100,6 +167,9 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.rstrip("/").endswith("/chat/completions"):
+                    status, answer, headers = fake._chat(body, self.headers.get("Authorization"))
+                    return self._send(status, answer, headers)
                 with fake._lock:
                     fake.requests += 1
                     fake.request_times.append(time.monotonic())
@@ -151,6 +221,48 @@ class FakeOpenAI:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
+    def _chat(
+        self, body: dict[str, Any], authorization: str | None
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with self._lock:
+            self.chat_requests.append(body)
+            n = len(self.chat_requests)
+            fault = self.chat_fail_on.pop(n, None)
+            if fault is None and self.chat_faults:
+                fault = self.chat_faults.popleft()
+        if authorization != f"Bearer {self.api_key}":
+            return 401, _err("Incorrect API key", "invalid_api_key"), {}
+        if body.get("model") not in self.chat_models:
+            return 404, _err("model not found", "model_not_found"), {}
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return 400, _err("messages must be a non-empty list", "invalid_request_error"), {}
+        try:
+            images = _image_types(messages)
+        except ValueError as e:
+            return 400, _err(str(e), "invalid_request_error"), {}
+        if fault is not None and not fault.malformed:
+            if fault.hang_seconds:
+                time.sleep(fault.hang_seconds)
+            headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            return fault.status, _err(fault.message, "server_error"), headers
+        if self.chat_latency:
+            time.sleep(self.chat_latency)
+        try:
+            answer = _as_answer(
+                ChatAnswer(content='{"answer": "unterminated')
+                if fault is not None
+                else (self.chat_script or default_chat_answer)(body)
+            )
+        except Exception as e:  # the script's bug must show in the test, not hang the client
+            with self._lock:
+                self.chat_errors.append(f"{type(e).__name__}: {e}")
+            return 500, _err(f"chat script failed: {e}", "server_error"), {}
+        with self._lock:
+            self.chat_images.extend(images)
+            self.chat_answered.append(body)
+        return 200, _completion(body, answer, n), {}
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -160,3 +272,155 @@ class FakeOpenAI:
 
 def _err(message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": code, "code": code}}
+
+
+# -- chat helpers (also for scripts) -----------------------------------------------------------
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and p.get("text"))
+    return ""
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    for m in reversed(body.get("messages", [])):
+        if m.get("role") == "user":
+            return _text_of(m.get("content"))
+    return ""
+
+
+def all_text(body: dict[str, Any]) -> str:
+    return "\n".join(_text_of(m.get("content")) for m in body.get("messages", []))
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body.get("messages", []) if m.get("role") == "tool"]
+
+
+def response_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema":
+        schema: dict[str, Any] = fmt["json_schema"]["schema"]
+        return schema
+    return None
+
+
+def example_of(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
+    """A minimal instance of a JSON schema (the shapes pydantic and strict mode produce)."""
+    root = root or schema
+    if "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        return example_of(target, root)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return example_of(schema[key][0], root)
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = kind[0]
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {k: example_of(v, root) for k, v in props.items()}
+    if kind == "array":
+        return [example_of(schema["items"], root) for _ in range(schema.get("minItems", 0))]
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    return "x" * max(1, schema.get("minLength", 1))
+
+
+def default_chat_answer(body: dict[str, Any]) -> ChatAnswer | str | dict[str, Any] | list[Any]:
+    schema = response_schema(body)
+    if schema is not None:
+        return cast(dict[str, Any], example_of(schema))
+    if (body.get("response_format") or {}).get("type") == "json_object":
+        return {}
+    return f"fake answer to: {last_user_text(body)[:200]}"
+
+
+def _as_answer(answer: ChatAnswer | str | dict[str, Any] | list[Any]) -> ChatAnswer:
+    if isinstance(answer, ChatAnswer):
+        return answer
+    if isinstance(answer, str):
+        return ChatAnswer(content=answer)
+    return ChatAnswer(content=json.dumps(answer))
+
+
+def _image_types(messages: list[Any]) -> list[str]:
+    """The MIME types of the image parts; ValueError for one a real server would refuse."""
+    found: list[str] = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            url = str((part.get("image_url") or {}).get("url", ""))
+            head, sep, data = url.partition(";base64,")
+            if not url.startswith("data:") or not sep:
+                raise ValueError("image_url must be a base64 data URL")
+            try:
+                base64.b64decode(data, validate=True)
+            except binascii.Error:
+                raise ValueError("image data URL is not valid base64") from None
+            found.append(head.removeprefix("data:"))
+    return found
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _completion(body: dict[str, Any], answer: ChatAnswer, n: int) -> dict[str, Any]:
+    calls: list[dict[str, Any]] = []
+    for i, call in enumerate(answer.tool_calls):
+        if isinstance(call, tuple):
+            call = {"name": call[0], "arguments": call[1]}
+        args = call["arguments"]
+        calls.append(
+            {
+                "id": call.get("id") or f"call_{n}_{i}",
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+    if calls:
+        message["tool_calls"] = calls
+    prompt = answer.prompt_tokens
+    if prompt is None:
+        prompt = _words(all_text(body))
+    completion = answer.completion_tokens
+    if completion is None:
+        completion = _words(answer.content or "") + sum(
+            _words(c["function"]["arguments"]) for c in calls
+        )
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": answer.finish_reason or ("tool_calls" if calls else "stop"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }

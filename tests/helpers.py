@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from activities.ingest.parse_runner import run_chunk, run_parse
+from activities.ingest.parser_process import ParserLimits
+from activities.ingest.sections import sections_path
+from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.stores.chunk_store import publish
 
 
 def numbered_paragraphs(n: int, words: int = 40) -> str:
@@ -51,3 +58,34 @@ def write_zip_bomb_docx(path: Path, inflated_mb: int = 600) -> Path:
             for _ in range(inflated_mb):
                 f.write(chunk)
     return path
+
+
+@dataclass
+class Parsed:
+    format: str
+    total_chunks: int
+    characters: int
+    pages: int | None
+    title: str | None
+
+
+async def parse_into_chunks(
+    path: Path,
+    filename: str,
+    chunks_dir: Path,
+    options: ChunkingOptions,
+    memory_mb: int = 1024,
+    limits: ParserLimits | None = None,
+    *,
+    max_chunks: int | None = None,
+) -> Parsed:
+    """The import's parse and chunk steps, in process (no Temporal), published as the live
+    version of document "doc1", so `ChunkReader(chunks_dir, "doc1")` reads the result."""
+    sections = sections_path(chunks_dir, "doc1", "v1")
+    parsed = await run_parse(path, filename, "doc1", sections, memory_mb, limits)
+    total = await run_chunk(
+        sections, filename, "doc1", "v1", chunks_dir, options, parsed.format == "md",
+        memory_mb, limits, max_chunks,
+    )  # fmt: skip
+    publish(chunks_dir, "doc1", "v1")
+    return Parsed(parsed.format, total, parsed.characters, parsed.pages, parsed.title)

@@ -253,6 +253,19 @@ async def test_scoped_search_listing_and_owner_bound_tokens(
             assert (await http.get(path, headers=a)).status_code == 403
         r = await http.post("/v1/tasks", json={"type": "BACKUP_EXECUTE", "payload": {}}, headers=a)
         assert r.status_code == 403
+        # The AI types read the documents a payload names: only its owner's.
+        for payload in ({"document_id": plants}, {"document_id": "no-such-doc"}):
+            body = {"type": "GENERATE_ARTIFACT", "payload": {**payload, "kind": "outline"}}
+            r = await http.post("/v1/tasks", json=body, headers=a)
+            assert r.status_code == 404 and code(r) == "not_found", r.text
+        agent = {"instruction": "list them", "document_ids": [ids["spaced"], plants]}
+        r = await http.post("/v1/tasks", json={"type": "AGENT_TASK", "payload": agent}, headers=a)
+        assert r.status_code == 404, r.text
+        mine = {"document_id": ids["spaced"], "kind": "outline", "method": "local"}
+        r = await http.post(
+            "/v1/tasks", json={"type": "GENERATE_ARTIFACT", "payload": mine}, headers=a
+        )
+        assert r.status_code == 202, r.text
 
         # Its imports are its owner's; importing for someone else is refused.
         water = EXAMPLES / "water-cycle.pdf"

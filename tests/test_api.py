@@ -63,10 +63,10 @@ async def test_error_statuses_share_one_shape(settings: Settings, tmp_path: Path
         empty = tmp_path / "empty.txt"
         empty.write_bytes(b"")
         expect(await http.post("/v1/documents", **upload(empty)), 400, "empty_file")
-        png = tmp_path / "p.png"
-        png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+        archive = tmp_path / "p.7z"
+        archive.write_bytes(b"7z\xbc\xaf\x27\x1c" + bytes(64))
         # Content decides, not the name.
-        r = await http.post("/v1/documents", **upload(png, name="notes.txt"))
+        r = await http.post("/v1/documents", **upload(archive, name="notes.txt"))
         expect(r, 415, "unsupported_media_type")
         assert not list(small.files_dir.glob("*")), "rejected uploads are not kept"
         expect(await http.get("/v1/tasks/nope"), 404, "not_found")
@@ -76,8 +76,6 @@ async def test_error_statuses_share_one_shape(settings: Settings, tmp_path: Path
             400,
             "unknown_task_type",
         )
-        r = await http.post("/v1/tasks", json={"type": "OCR_PROCESS", "payload": {}})
-        expect(r, 501, "task_type_not_implemented")
         r = await http.post(
             "/v1/tasks", json={"type": "DOCUMENT_IMPORT", "payload": {"file_id": "x"}}
         )
@@ -237,7 +235,7 @@ async def test_manual_retry_links_runs_and_is_audited(
         detail = (await api.http.get(f"/v1/admin/tasks/{task}", headers=api.admin)).json()
         runs = detail["runs"]
         assert runs[0]["run_id"] == new_run and runs[0]["retry_of"] == runs[1]["run_id"]
-        assert [a["activity"] for a in detail["activities"]].count("embed_and_upsert") == 1
+        assert [a["activity"] for a in detail["activities"]].count("embed_chunks") == 1
         assert detail["input"]["document_id"]
         audit = (
             await api.http.get("/v1/admin/audit", params={"action": "retry"}, headers=api.admin)
@@ -307,10 +305,11 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         workers = (await api.http.get("/v1/admin/workers", headers=api.admin)).json()
         implemented = [s for s in REGISTRY.values() if s.implemented]
         queues = {settings.queue(s.task_queue.value) for s in implemented} | {
-            settings.queue(o.task_queue.value)  # activities with a queue of their own (parse)
+            settings.queue(q.value)  # activities with a queue of their own (parse, express)
             for s in implemented
             for o in s.activities.values()
-            if o.task_queue is not None
+            for q in (o.task_queue, o.express_queue)
+            if q is not None
         }
         assert {w["task_queue"] for w in workers} == queues
 
@@ -411,9 +410,9 @@ async def test_delete_of_a_queued_document(
 async def test_pending_filter_selects_only_tasks_no_worker_began(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    # One parser: while a long document parses, the next import waits for the parser in the
-    # parse queue (pending: no activity of it has started).
-    cfg = settings.model_copy(update={"parser_concurrency": 1})
+    # One parser and no express lane: while a long document parses, the next import waits for
+    # the parser in the parse queue (pending: no activity of it has started).
+    cfg = settings.model_copy(update={"parser_concurrency": 1, "small_document_bytes": 0})
     long_doc, short_doc = heavy_markdown(tmp_path / "long.md", 40), tmp_path / "short.txt"
     short_doc.write_text(numbered_paragraphs(3))
     async with running_api(cfg) as api:

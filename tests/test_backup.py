@@ -25,6 +25,7 @@ from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.backups import list_archives, listed_blobs, pool_dir
+from knowledgeops.stores.embedding_cache import cache_collection
 from starter.search import search
 from tests.conftest import EXAMPLES, PG_URL, ROOT, Env, openai_settings, running_env, settings_env
 from tests.fake_openai import FakeOpenAI
@@ -93,19 +94,23 @@ async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_emb
         docs_before = await env.documents.list()
         hits_before = {q: await search(env.store, env.embedder, q, k=5, db=env.db) for q in QUERIES}
         points = await env.points()
+        # The embedding cache is backed up with the index: a restore never pays for a vector.
+        cached = await env.store.count(cache_collection(env.embedder.model_id))
+        assert cached == points  # every chunk text differs
 
         first = await backup(env, label="first")
+        # Per document: its chunk file, offset index and live-version pointer.
         assert (first["stored_files"], first["chunk_files"], first["index_points"]) == (
             3,
-            6,
-            points,
+            9,
+            points + cached,
         )
-        assert (first["files_copied"], first["files_present"]) == (9, 0)
+        assert (first["files_copied"], first["files_present"]) == (12, 0)
         assert first["database_kind"] == ("postgresql" if PG_URL else "sqlite")
         archive = Path(first["path"])
         manifest = load_manifest(archive)
         assert manifest.label == "first" and verify(archive, manifest) == []
-        assert sum(c.points for c in manifest.index) == points
+        assert sum(c.points for c in manifest.index) == points + cached
         listed = {e.path for e in read_listing(archive)}
         assert {p for p in listed if p.startswith("files/")} == {
             f"files/{d.file_id}"
@@ -117,7 +122,7 @@ async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_emb
         second = await backup(env)
         assert (second["files_copied"], second["files_present"], second["bytes_copied"]) == (
             0,
-            9,
+            12,
             0,
         )
         assert [p.name for p in list_archives(source)] == [first["archive"], second["archive"]]
@@ -143,15 +148,15 @@ async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_emb
         r = cli(["restore", str(source.backups_dir / second["archive"]), "--json"], target)
         assert r.returncode == 0, r.stderr
         report = json.loads(r.stdout)
-        assert (report["documents"], report["points"]) == (3, points)
-        assert (report["stored_files"], report["chunk_files"]) == (3, 6)
+        assert (report["documents"], report["points"]) == (3, points + cached)
+        assert (report["stored_files"], report["chunk_files"]) == (3, 9)
 
         # Over data: refused unless --force.
         r = cli(["restore", str(source.backups_dir / first["archive"])], target)
         assert r.returncode == 1 and "not empty" in r.stderr, r.stderr
         r = cli(["restore", str(source.backups_dir / first["archive"]), "--force"], target)
         assert r.returncode == 0, r.stderr
-        assert "3 documents" in r.stdout and f"{points} index points" in r.stdout
+        assert "3 documents" in r.stdout and f"{points + cached} index points" in r.stdout
         assert fake_openai.embedded_count() == paid, "the restore paid for embeddings"
 
         async with running_env(target) as env:
@@ -193,7 +198,8 @@ async def test_retention_keeps_backup_keep_archives_and_prunes_the_pool(
         second = await backup(env)
         root = s.backups_dir
         only_first = listed_blobs(root / first["archive"]) - listed_blobs(root / second["archive"])
-        assert len(only_first) == 3  # a.txt's stored file, chunk file and offset index
+        # a.txt's stored file, chunk file, offset index and live-version pointer
+        assert len(only_first) == 4
         assert all((pool_dir(root) / b).exists() for b in only_first)  # still needed by first
         # An unfinished archive from a backup that was killed long ago.
         (root / "20000101T000000Z-dead").mkdir()
@@ -210,7 +216,7 @@ async def test_retention_keeps_backup_keep_archives_and_prunes_the_pool(
         assert not (root / "20000101T000000Z-dead").exists()
         kept = listed_blobs(root / second["archive"]) | listed_blobs(root / third["archive"])
         assert {p.name for p in pool_dir(root).iterdir()} == kept
-        assert not only_first & kept and third["blobs_removed"] == 3
+        assert not only_first & kept and third["blobs_removed"] == 4
         for archive in list_archives(s):
             assert verify(archive, load_manifest(archive)) == []
 

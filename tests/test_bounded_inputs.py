@@ -13,13 +13,14 @@ import httpx
 import pytest
 
 from activities.ingest import parse_runner
-from activities.ingest.parse_runner import ParserFailedError, run_parse
+from activities.ingest.parse_runner import ParserFailedError
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY, TaskQueue, TaskType
 from starter.service import TaskNotFoundError, TaskQueueService
 from tests.conftest import EXAMPLES, running_api
+from tests.helpers import parse_into_chunks
 from worker import plan_queues
 
 try:
@@ -187,7 +188,10 @@ def heavy_markdown(path: Path, mb: int = 12) -> Path:
 
 
 def leftovers(chunks: Path) -> list[Path]:
-    return list(chunks.glob("*")) if chunks.exists() else []
+    """Files a failed parse or chunk step left, other than a complete sections file (the
+    parse step's output, which the import's discard step removes)."""
+    found = list(chunks.glob("*")) if chunks.exists() else []
+    return [p for p in found if not p.name.endswith(".sections.jsonl")]
 
 
 @pytest.mark.parametrize(
@@ -203,7 +207,7 @@ async def test_parser_cpu_and_wall_limits_fail_as_too_complex(
     doc = heavy_markdown(tmp_path / "heavy.md")
     chunks = tmp_path / "chunks"
     with pytest.raises(DocumentError) as e:
-        await run_parse(doc, "heavy.md", "doc1", chunks, OPTS, 1024, ParserLimits(**limits))
+        await parse_into_chunks(doc, "heavy.md", chunks, OPTS, 1024, ParserLimits(**limits))
     assert e.value.kind == "DocumentTooComplex" and setting in e.value.message
     assert str(tmp_path) not in e.value.message
     assert leftovers(chunks) == []  # the killed parser's *.tmp-<pid> files are gone
@@ -211,12 +215,14 @@ async def test_parser_cpu_and_wall_limits_fail_as_too_complex(
 
 async def test_chunk_and_character_caps_are_checked_while_parsing(tmp_path: Path) -> None:
     doc = EXAMPLES / "temporal-retries.md"
-    for limits, setting in (
-        (ParserLimits(max_chunks=2), "MAX_DOCUMENT_CHUNKS"),
-        (ParserLimits(max_characters=100), "MAX_DOCUMENT_CHARACTERS"),
+    for limits, max_chunks, setting in (
+        (None, 2, "MAX_DOCUMENT_CHUNKS"),
+        (ParserLimits(max_characters=100), None, "MAX_DOCUMENT_CHARACTERS"),
     ):
         with pytest.raises(DocumentError) as e:
-            await run_parse(doc, doc.name, "doc1", tmp_path / "c", OPTS, 1024, limits)
+            await parse_into_chunks(
+                doc, doc.name, tmp_path / "c", OPTS, 1024, limits, max_chunks=max_chunks
+            )
         assert e.value.kind == "DocumentTooLarge" and setting in e.value.message
         assert leftovers(tmp_path / "c") == []
 
@@ -235,7 +241,7 @@ async def test_parser_child_gets_no_secrets_and_its_stderr_stays_private(
     doc = tmp_path / "a.txt"
     doc.write_text("hello")
     with pytest.raises(ParserFailedError) as e:
-        await run_parse(doc, "a.txt", "doc1", tmp_path / "c", OPTS, 1024)
+        await parse_into_chunks(doc, "a.txt", tmp_path / "c", OPTS, 1024)
     message = str(e.value)
     assert "/srv/internal" not in message and str(tmp_path) not in message
     assert "exit code 7" in message and len(message) < 300
@@ -243,21 +249,26 @@ async def test_parser_child_gets_no_secrets_and_its_stderr_stays_private(
     assert "OPENAI_API_KEY" not in env and "DATABASE_URL" not in env
     # ...and the real parser works with that environment.
     monkeypatch.undo()
-    result = await run_parse(doc, "a.txt", "doc1", tmp_path / "c", OPTS, 1024)
+    result = await parse_into_chunks(doc, "a.txt", tmp_path / "c", OPTS, 1024)
     assert result.total_chunks == 1
 
 
 async def test_parse_waits_for_a_parser_outside_its_attempt_clock(settings: Settings) -> None:
     """Parses run on a queue of their own whose workers run PARSER_CONCURRENCY at once: a
     queued parse waits in Temporal (schedule-to-start), which no start-to-close counts."""
-    from knowledgeops.contracts.document_import import PARSE_DOCUMENT
+    from knowledgeops.contracts.document_import import CHUNK_DOCUMENT, PARSE_DOCUMENT
     from knowledgeops.resources import Resources
 
-    options = REGISTRY[TaskType.DOCUMENT_IMPORT].activities[PARSE_DOCUMENT.name]
-    assert options.task_queue == TaskQueue.PARSE
+    steps = {PARSE_DOCUMENT.name, CHUNK_DOCUMENT.name}  # both run the parser subprocess
+    for name in steps:
+        options = REGISTRY[TaskType.DOCUMENT_IMPORT].activities[name]
+        assert options.task_queue == TaskQueue.PARSE
     cfg = settings.model_copy(update={"parser_concurrency": 1})
     plans = plan_queues(Resources(cfg, None, None, None))  # type: ignore[arg-type]
     parse = plans[cfg.queue(TaskQueue.PARSE.value)]
-    assert set(parse.activities) == {PARSE_DOCUMENT.name} and parse.max_activities == 1
+    assert set(parse.activities) == steps and parse.max_activities == 1
+    # Small documents' express lane: one more parser, only for them.
+    express = plans[cfg.queue(TaskQueue.PARSE_EXPRESS.value)]
+    assert set(express.activities) == steps and express.max_activities == 1
     ingest = plans[cfg.queue(TaskQueue.INGEST.value)]
-    assert PARSE_DOCUMENT.name not in ingest.activities
+    assert not steps & set(ingest.activities)

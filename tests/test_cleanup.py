@@ -108,6 +108,7 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
         await env.documents.delete("shared-b", actor="test")
         st = await imported(env, orphan, "orphan")
         n_orphan = st.result["total_chunks"]  # type: ignore[index]
+        orphan_version = st.result["version"]  # type: ignore[index]
         # A catalogue row lost (e.g. a delete that crashed half-way): points, chunks and the
         # stored file are orphans now.
         assert await env.documents.catalogue.delete("orphan")
@@ -167,8 +168,9 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
             expected = {
                 ("files", f"files/{file_id_of(orphan)}"),
                 ("files", f"files/{lonely_id}"),
-                ("chunks", "chunks/orphan.jsonl"),
-                ("chunks", "chunks/orphan.idx"),
+                ("chunks", f"chunks/orphan~{orphan_version}.jsonl"),
+                ("chunks", f"chunks/orphan~{orphan_version}.idx"),
+                ("chunks", "chunks/orphan.live"),
                 ("points", "orphan"),
                 *{("backups", str(p.relative_to(s.data_dir))) for p in [*past, abandoned]},
                 ("backups", "backups/pool/gone"),
@@ -205,8 +207,8 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
                 s.files_dir / file_id_of(shared),
                 s.files_dir / file_id_of(queued),
                 s.files_dir / file_id_of(EXAMPLES / "spaced-repetition.txt"),
-                s.chunks_dir / "kept.jsonl",
-                s.chunks_dir / "shared-a.idx",
+                s.chunks_dir / "kept.live",
+                s.chunks_dir / "shared-a.live",
                 s.chunks_dir / "queued.jsonl",
                 s.chunks_dir / f"busy.jsonl.tmp-{os.getpid()}",
                 new_upload,

@@ -135,8 +135,8 @@ def test_cli_reports_unreachable_server(command: str, tmp_path: Path) -> None:
 
 async def test_run_starts_any_type_and_refuses_bad_payloads(settings: Settings) -> None:
     environ = settings_env(settings)
-    r = cli(["run", "OCR_PROCESS", "--payload", '{"file_id": "x", "document_id": "d"}'], environ)
-    assert r.returncode == 1 and "OCR_PROCESS is registered but has no workflow" in r.stderr
+    r = cli(["run", "OCR_PROCESS", "--payload", '{"file_id": "x"}'], environ)
+    assert r.returncode == 1 and "Invalid OCR_PROCESS payload: file_id" in r.stderr
     r = cli(["run", "DOCUMENT_IMPORT", "--payload", '{"file_id": "nope"}'], environ)
     assert r.returncode == 1 and "Invalid DOCUMENT_IMPORT payload" in r.stderr
     assert "document_id: Field required" in r.stderr

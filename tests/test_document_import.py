@@ -10,6 +10,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from knowledgeops.settings import Settings
+from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.stores.chunk_store import ChunkReader
 from starter.search import search
 from starter.service import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
@@ -143,10 +145,50 @@ async def test_reimport_with_fewer_chunks_removes_stale_points(
         assert a.result and b.result
         n_long, n_short = a.result["total_chunks"], b.result["total_chunks"]
         assert n_short < n_long
-        assert b.result["stale_removed"] == n_long - n_short
+        # Publishing the new version removed every point of the old one.
+        assert b.result["stale_removed"] == n_long
         assert await env.points("handbook") == n_short
+        assert await env.points("handbook", staged=True) == n_short
         # The shared leading chunks were not embedded a second time.
         assert b.result["embedded"] < n_short
+        assert b.result["embedded"] + b.result["reused"] == n_short
+
+
+async def test_failed_reimport_keeps_the_previous_version_searchable(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    old, new = tmp_path / "v1.txt", tmp_path / "v2.txt"
+    old.write_text(numbered_paragraphs(30))
+    new.write_text(numbered_paragraphs(120, words=55))
+    async with running_env(openai_settings(settings, fake_openai, openai_max_retries=0)) as env:
+        good = await import_and_wait(env, old, document_id="handbook")
+        assert good.result is not None
+        n = good.result["total_chunks"]
+        first_text = ChunkReader(env.settings.chunks_dir, "handbook").read(0, 1)[0].text
+        # The re-import's embedding provider refuses its third request (an outage, a revoked
+        # key): two batches were embedded, then the import fails non-retryably.
+        before = fake_openai.requests
+        fake_openai.fail_on[before + 3] = Fault(401)
+        failed = await import_and_wait(env, new, document_id="handbook")
+        assert failed.status == "failed" and failed.last_error is not None
+        assert failed.last_error.startswith("EmbeddingRejected:"), failed.last_error
+        assert fake_openai.requests == before + 3, "two good batches, then the refusal"
+        # The previous version is whole and still what search answers from.
+        assert await env.points("handbook") == n
+        assert await env.points("handbook", staged=True) == n, "staged points were left"
+        [hit] = await search(env.store, env.embedder, first_text, k=1)
+        assert (hit.document_id, hit.chunk_index, hit.text) == ("handbook", 0, first_text)
+        assert ChunkReader(env.settings.chunks_dir, "handbook").count == n
+        row = await DocumentCatalogue(env.db).get("handbook")
+        assert row is not None and (row.status, row.indexed_chunks) == ("failed", n)
+        searched = fake_openai.duplicates()  # the query above is a chunk's text: embedded again
+        # Once the provider answers again, the re-import completes and pays only for what the
+        # failed attempt had not embedded.
+        again = await import_and_wait(env, new, document_id="handbook")
+        assert again.status == "completed" and again.result is not None
+        assert again.result["reused"] >= 2 * 16
+        assert fake_openai.duplicates() == searched == 1, "an embedding was paid twice"
+        assert await env.points("handbook", staged=True) == again.result["total_chunks"]
 
 
 async def test_bad_file_fails_at_once_and_disturbs_nothing(env: Env, tmp_path: Path) -> None:
@@ -160,7 +202,10 @@ async def test_bad_file_fails_at_once_and_disturbs_nothing(env: Env, tmp_path: P
     assert st.last_error is not None and st.last_error.startswith("CorruptDocument:")
     assert "kept.pdf is not a readable PDF" in st.last_error
     assert time.monotonic() - started < 10
-    assert await activity_attempts(env, st.task_id) == [("parse_document", 1)]
+    assert await activity_attempts(env, st.task_id) == [
+        ("parse_document", 1),
+        ("discard_version", 1),
+    ]
     assert await env.points("kept") == n, "a failed re-import must not remove the good version"
     # The worker is still healthy.
     ok = await import_and_wait(env, EXAMPLES / "photosynthesis.html")
@@ -196,7 +241,7 @@ async def test_retried_activity_resumes_from_its_checkpoint(
         st = await import_and_wait(env, doc)
         attempts = await activity_attempts(env, st.task_id)
     assert st.status == "completed", st.last_error
-    assert ("embed_and_upsert", 2) in attempts
+    assert ("embed_chunks", 2) in attempts
     total = st.result["total_chunks"]  # type: ignore[index]
     assert fake_openai.embedded_count() == total, "the retry re-embedded finished batches"
     assert st.result["embedded"] == total  # type: ignore[index]
@@ -215,11 +260,11 @@ async def test_rejected_key_fails_without_retry_and_cleans_up(
         assert st.last_error.startswith("EmbeddingRejected:")
         assert "401" in st.last_error and "OPENAI_API_KEY" in st.last_error
         attempts = await activity_attempts(env, st.task_id)
-        assert [a for a in attempts if a[0] == "embed_and_upsert"] == [("embed_and_upsert", 1)]
-        assert await env.points() == 0
+        assert [a for a in attempts if a[0] == "embed_chunks"] == [("embed_chunks", 1)]
+        assert await env.points(staged=True) == 0
 
 
-async def test_cancel_stops_embedding_and_removes_partial_points(
+async def test_cancel_stops_embedding_and_leaves_nothing_half_done(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
     doc = tmp_path / "c.txt"
@@ -238,11 +283,14 @@ async def test_cancel_stops_embedding_and_removes_partial_points(
         assert st.status == "running" and st.progress.total and st.progress.total > 300
         assert st.progress.unit == "chunks"
         assert seen == sorted(seen) and seen[-1] >= 64, "progress must be visible and grow"
-        assert await env.points(ref.document_id) > 0
+        # Nothing of an unfinished import is searchable.
+        assert await env.points(ref.document_id) == 0
         await env.service.cancel(ref.task_id)
         final = await env.service.wait(ref.task_id, timeout=WAIT)
         assert final.status == "cancelled"
-        assert await env.points(ref.document_id) == 0
+        assert await env.points(ref.document_id, staged=True) == 0
+        # The cancelled version's files are gone too (chunks and parsed sections).
+        assert [p.name for p in env.settings.chunks_dir.iterdir()] == []
         requests = fake_openai.requests
         await asyncio.sleep(1.5)
         assert fake_openai.requests == requests, "embedding went on after the cancel"

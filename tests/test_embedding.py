@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -100,3 +101,29 @@ def test_provider_settings_are_checked(settings: Settings, fake_openai: FakeOpen
     with pytest.raises(ValueError, match="not available locally"):
         make_embedder(settings.model_copy(update={"embedding_model": "bge-m3"}))
     assert make_embedder(openai_settings(settings, fake_openai)).model_id == "openai:fake-embed"
+
+
+async def test_local_model_serves_the_smallest_waiting_request_first() -> None:
+    """A small document's one batch goes ahead of bulk imports' full batches (fair scheduling);
+    a waiter cancelled in the queue never gets or blocks the model."""
+    from knowledgeops.embedding import SmallestFirst
+
+    turn, order = SmallestFirst(), []
+
+    async def embed(name: str, texts: int, seconds: float) -> None:
+        async with turn.hold(texts):
+            order.append(name)
+            await asyncio.sleep(seconds)
+
+    running = asyncio.create_task(embed("bulk-0", 64, 0.2))
+    await asyncio.sleep(0.01)
+    bulk = [asyncio.create_task(embed(f"bulk-{i}", 64, 0.02)) for i in (1, 2)]
+    await asyncio.sleep(0.01)
+    gone = asyncio.create_task(embed("cancelled", 1, 0.02))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    small = asyncio.create_task(embed("small", 3, 0.02))
+    await asyncio.gather(running, *bulk, small)
+    assert order == ["bulk-0", "small", "bulk-1", "bulk-2"]
+    # Free again: the next request does not wait.
+    await asyncio.wait_for(embed("after", 64, 0), timeout=1)

@@ -9,18 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from activities.ingest.parse_runner import run_parse
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
 from knowledgeops.stores.chunk_store import ChunkReader
 from tests.conftest import EXAMPLES
-from tests.helpers import numbered_paragraphs, write_docx, write_pdf, write_zip_bomb_docx
+from tests.helpers import (
+    numbered_paragraphs,
+    parse_into_chunks,
+    write_docx,
+    write_pdf,
+    write_zip_bomb_docx,
+)
 
 OPTS = ChunkingOptions(chunk_tokens=64, overlap_tokens=8)
 
 
 def parse(tmp_path: Path, path: Path, name: str | None = None) -> tuple[object, list[object]]:
-    result = asyncio.run(run_parse(path, name or path.name, "doc1", tmp_path / "c", OPTS, 1024))
+    result = asyncio.run(parse_into_chunks(path, name or path.name, tmp_path / "c", OPTS, 1024))
     return result, ChunkReader(tmp_path / "c", "doc1").read(0, 10_000)
 
 
@@ -116,17 +121,12 @@ BAD_FILES: dict[str, tuple[Callable[[Path], Path], str, str]] = {
         "CorruptDocument",
         "not a readable PDF",
     ),
-    "png": (
-        lambda d: _write(d / "image.png", b"\x89PNG\r\n\x1a\n" + bytes(100)),
+    "gif": (
+        lambda d: _write(d / "image.gif", b"GIF89a" + bytes(100)),
         "UnsupportedFormat",
-        "PNG image",
+        "GIF image",
     ),
     "zip_not_docx": (_zip_with_markdown, "UnsupportedFormat", "zip archive, not a .docx"),
-    "scanned_pdf": (
-        lambda d: write_pdf(d / "scan.pdf", ["", ""]),
-        "EmptyDocument",
-        "needs OCR_PROCESS",
-    ),
     "encrypted_pdf": (
         lambda d: write_pdf(d / "secret.pdf", ["top secret"], password="pw"),
         "EncryptedDocument",
@@ -177,7 +177,7 @@ def test_text_encodings_round_trip_exactly(tmp_path: Path, encoding: str, text: 
     path = tmp_path / f"note-{encoding}.txt"
     path.write_bytes(body.encode(encoding))
     one_chunk = ChunkingOptions(chunk_tokens=4000, overlap_tokens=0)
-    result = asyncio.run(run_parse(path, path.name, "doc1", tmp_path / "c", one_chunk, 1024))
+    result = asyncio.run(parse_into_chunks(path, path.name, tmp_path / "c", one_chunk, 1024))
     [chunk] = ChunkReader(tmp_path / "c", "doc1").read(0, 10)
     assert result.total_chunks == 1 and chunk.text == body.strip()
 
@@ -187,7 +187,7 @@ ONE_CHUNK = ChunkingOptions(chunk_tokens=4000, overlap_tokens=0)
 
 
 def _parse_whole(tmp_path: Path, path: Path) -> list[object]:
-    asyncio.run(run_parse(path, path.name, "doc1", tmp_path / "c", ONE_CHUNK, 1024))
+    asyncio.run(parse_into_chunks(path, path.name, tmp_path / "c", ONE_CHUNK, 1024))
     return ChunkReader(tmp_path / "c", "doc1").read(0, 10_000)
 
 
@@ -235,3 +235,21 @@ def test_page_without_main_content_falls_back_to_its_text(tmp_path: Path) -> Non
     )
     chunks = _parse_whole(tmp_path, page)
     assert chunks and "Resource 3" in chunks[0].text  # type: ignore[attr-defined]
+
+
+def test_scans_and_images_go_to_ocr(tmp_path: Path) -> None:
+    """The parse step marks what has no text layer for OCR (the import's OCR_PROCESS child):
+    every page of a scan, only the blank page of a mixed PDF, all of an image."""
+    from activities.ingest.parse_runner import run_parse
+
+    def parsed(path: Path) -> object:
+        return asyncio.run(run_parse(path, path.name, "doc1", tmp_path / f"{path.name}.s", 1024))
+
+    scan = parsed(write_pdf(tmp_path / "scan.pdf", ["", ""]))
+    assert (scan.ocr, scan.ocr_pages, scan.sections) == (True, [1, 2], 0)  # type: ignore[attr-defined]
+    mixed = parsed(write_pdf(tmp_path / "mixed.pdf", ["Aquifers hold water.", "", "Rivers."]))
+    assert (mixed.ocr, mixed.ocr_pages, mixed.sections) == (True, [2], 2)  # type: ignore[attr-defined]
+    plain = parsed(write_pdf(tmp_path / "plain.pdf", ["Only text here."]))
+    assert (plain.ocr, plain.ocr_pages) == (False, None)  # type: ignore[attr-defined]
+    image = parsed(_write(tmp_path / "photo.png", b"\x89PNG\r\n\x1a\n" + bytes(100)))
+    assert (image.ocr, image.format) == (True, "png")  # type: ignore[attr-defined]

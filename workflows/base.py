@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -45,10 +46,17 @@ with workflow.unsafe.imports_passed_through():
         TaskEvent,
     )
     from knowledgeops.errors import failure_text
-    from knowledgeops.task_types import REGISTRY, TaskType, activity_options
+    from knowledgeops.task_types import (
+        EXPRESS_PRIORITY,
+        REGISTRY,
+        TASK_TYPE_SEARCH_ATTRIBUTE,
+        TaskType,
+        activity_options,
+    )
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
+R2 = TypeVar("R2", bound=BaseModel)
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -80,13 +88,50 @@ class TaskWorkflow(Generic[P, R]):
         """Run an activity with the options the registry declares for it."""
         options = activity_options(self.task_type, ref.name)
         kwargs = options.as_kwargs()
-        if options.task_queue is not None:
+        queue = options.task_queue
+        if options.express_queue is not None and _priority_key() == EXPRESS_PRIORITY:
+            queue = options.express_queue
+        if queue is not None:
             # Queue names carry the deployment prefix; this workflow's own queue has it.
-            own = REGISTRY[self.task_type].task_queue.value
-            prefix = workflow.info().task_queue.removesuffix(own)
-            kwargs["task_queue"] = prefix + options.task_queue.value
+            kwargs["task_queue"] = self.task_id_for(queue.value)
         result: Out = await workflow.execute_activity(
             ref.name, arg, result_type=ref.output, **kwargs
+        )
+        self._began = True
+        return result
+
+    def task_id_for(self, name: str) -> str:
+        """`name` with this deployment's prefix (task ids and queue names carry it)."""
+        own = REGISTRY[self.task_type].task_queue.value
+        return workflow.info().task_queue.removesuffix(own) + name
+
+    async def child_task(
+        self,
+        task_type: TaskType,
+        payload: BaseModel,
+        result_type: type[R2],
+        *,
+        name: str,
+        memo: dict[str, Any] | None = None,
+    ) -> R2:
+        """Run another task type as a child workflow, started the way the service starts
+        tasks (deployment-prefixed id `name`, TaskType attribute, the type's queue and
+        timeout), so it is visible, filterable and cancellable on its own in the Web UI.
+        Cancelling this task cancels the child."""
+        info = workflow.info()
+        spec = REGISTRY[task_type]
+        result: R2 = await workflow.execute_child_workflow(
+            spec.workflow_name or "",
+            payload,
+            id=self.task_id_for(name),
+            task_queue=self.task_id_for(spec.task_queue.value),
+            execution_timeout=spec.execution_timeout,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
+            ),
+            memo={"requested_by": f"task:{info.workflow_id}", **(memo or {})},
+            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            result_type=result_type,
         )
         self._began = True
         return result
@@ -113,9 +158,11 @@ class TaskWorkflow(Generic[P, R]):
 
     async def run_task(self, payload: P) -> R:
         about = self.event_data(payload)
-        await _emit_started(
-            self.task_type, about, _first(self.task_type, self.first_event_data(payload))
-        )
+        # A run continued as new is the same task going on: its start was recorded already.
+        if not workflow.info().continued_run_id:
+            await _emit_started(
+                self.task_type, about, _first(self.task_type, self.first_event_data(payload))
+            )
         try:
             result = await self.steps(payload)
         except (asyncio.CancelledError, FailureError) as e:
@@ -143,6 +190,11 @@ class TaskWorkflow(Generic[P, R]):
             except FailureError as e:
                 done |= {name: False, f"{name}_error": failure_text(e)}
         return done
+
+
+def _priority_key() -> int | None:
+    priority = workflow.info().priority
+    return priority.priority_key if priority is not None else None
 
 
 def _event(task_type: TaskType, kind: EventType, **fields: Any) -> TaskEvent:

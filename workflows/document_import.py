@@ -1,7 +1,11 @@
-"""DOCUMENT_IMPORT: parse -> chunk (into storage) -> embed + upsert into Qdrant.
+"""DOCUMENT_IMPORT: parse -> (OCR of scanned pages / images) -> chunk -> embed -> upsert
+(staged) -> publish.
 
-Only ids and counts pass through the workflow; text and vectors stay in storage. The embed
-activity's heartbeat carries the chunk-level checkpoint a retry resumes from.
+Only ids and counts pass through the workflow; text and vectors stay in storage. The embed and
+upsert activities' heartbeats carry the chunk checkpoint a retry resumes from. The import
+writes its own version of the document (keyed by the task's first run, so a retry or a reset
+of the same task resumes it) and publishes it at the end: until then search answers from the
+previous version, and a failed or cancelled import discards only what it wrote.
 """
 
 from __future__ import annotations
@@ -14,15 +18,21 @@ from workflows.base import TaskWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from knowledgeops.contracts.document_import import (
-        DELETE_DOCUMENT_POINTS,
-        EMBED_AND_UPSERT,
+        CHUNK_DOCUMENT,
+        DISCARD_VERSION,
+        EMBED_CHUNKS,
         PARSE_DOCUMENT,
-        DeleteDocumentRequest,
+        PUBLISH_VERSION,
+        UPSERT_CHUNKS,
+        ChunkRequest,
         DocumentImportPayload,
         DocumentImportResult,
         EmbedRequest,
         ParseRequest,
+        UpsertRequest,
+        VersionRequest,
     )
+    from knowledgeops.contracts.ocr import OcrPayload, OcrResult
     from knowledgeops.task_types import TaskType
 
 
@@ -45,40 +55,76 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
         }
 
     async def steps(self, payload: DocumentImportPayload) -> DocumentImportResult:
+        doc = payload.document_id
+        info = workflow.info()
+        # The same for every run of this task's chain (a retry, an operator's reset).
+        version = (info.first_execution_run_id or info.run_id).replace("-", "")
+        mine = VersionRequest(document_id=doc, version=version)
+        # From the first write on, a failure or cancel removes what this import wrote (its
+        # sections, chunks and staged points); the live version stays searchable.
+        self.on_failure("staged_discarded", lambda: self.activity(DISCARD_VERSION, mine))
         self.stage("parsing")
         parsed = await self.activity(
             PARSE_DOCUMENT,
             ParseRequest(
-                file_id=payload.file_id,
-                document_id=payload.document_id,
-                filename=payload.filename,
+                file_id=payload.file_id, document_id=doc, version=version, filename=payload.filename
+            ),
+        )
+        ocr_pages: list[int] = []
+        ocr_task: str | None = None
+        if parsed.ocr:
+            # Scanned pages or an image: OCR_PROCESS as a child task, visible and cancellable
+            # on its own; its text is stored by file id and merged in by the chunk step.
+            self.stage("ocr")
+            name = f"{TaskType.OCR_PROCESS.value.lower()}-{doc}-{version[:12]}"
+            ocr_task = self.task_id_for(name)
+            ocr = await self.child_task(
+                TaskType.OCR_PROCESS,
+                OcrPayload(
+                    file_id=payload.file_id,
+                    filename=payload.filename,
+                    pages=parsed.ocr_pages,
+                    document_id=doc,
+                ),
+                OcrResult,
+                name=name,
+                memo={"owner": payload.metadata.owner} if payload.metadata.owner else None,
+            )
+            ocr_pages = ocr.pages
+        self.stage("chunking")
+        chunked = await self.activity(
+            CHUNK_DOCUMENT,
+            ChunkRequest(
+                document_id=doc,
+                version=version,
+                format=parsed.format,
                 chunking=payload.chunking,
+                ocr_file_id=payload.file_id if ocr_pages else None,
+                ocr_pages=ocr_pages,
             ),
         )
-        # Nothing was written to the index yet: a bad file leaves an existing document intact.
-        # From here on, never leave half a document searchable: remove what this import wrote.
-        self.on_failure(
-            "index_cleared",
-            lambda: self.activity(
-                DELETE_DOCUMENT_POINTS, DeleteDocumentRequest(document_id=payload.document_id)
-            ),
-        )
-        self.stage("embedding", total=parsed.total_chunks)
+        total = chunked.total_chunks
+        self.stage("embedding", total=total, done=0)
         embedded = await self.activity(
-            EMBED_AND_UPSERT,
-            EmbedRequest(
-                document_id=payload.document_id,
-                total_chunks=parsed.total_chunks,
-                batch_size=payload.embed_batch_size,
-            ),
+            EMBED_CHUNKS,
+            EmbedRequest(document_id=doc, version=version, batch_size=payload.embed_batch_size),
         )
+        self.stage("indexing", total=total, done=0)
+        await self.activity(
+            UPSERT_CHUNKS, UpsertRequest(document_id=doc, version=version, staged=True)
+        )
+        self.stage("publishing", total=total, done=total)
+        published = await self.activity(PUBLISH_VERSION, mine)
         return DocumentImportResult(
-            document_id=payload.document_id,
+            document_id=doc,
             format=parsed.format,
-            total_chunks=parsed.total_chunks,
+            total_chunks=total,
             embedded=embedded.embedded,
             reused=embedded.reused,
-            stale_removed=embedded.stale_removed,
+            stale_removed=published.stale_removed,
             pages=parsed.pages,
             title=payload.metadata.title or parsed.title,
+            ocr_pages=len(ocr_pages),
+            ocr_task_id=ocr_task,
+            version=version,
         )

@@ -1,4 +1,5 @@
-"""Run the parser subprocess (activities.ingest.parser_process) and interpret its outcome."""
+"""Run the parser subprocess (activities.ingest.parser_process) for the parse step and the
+chunk step, and interpret its outcome."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from activities.ingest.parser_process import EXIT_DOCUMENT_ERROR, ParserInput, ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
@@ -39,6 +42,10 @@ class ParserFailedError(RuntimeError):
     """The parser process failed for a reason that is not the document's fault."""
 
 
+def _remove_unfinished(out: Path, pid: int) -> None:
+    out.with_name(f"{out.name}.tmp-{pid}").unlink(missing_ok=True)
+
+
 async def _tail(stream: asyncio.StreamReader | None, keep: int) -> bytes:
     """Read a stream to its end, keeping only its last `keep` bytes."""
     kept = b""
@@ -53,21 +60,71 @@ async def run_parse(
     path: Path,
     filename: str,
     document_id: str,
-    chunks_dir: Path,
-    chunking: ChunkingOptions,
+    sections_file: Path,
     memory_mb: int,
     limits: ParserLimits | None = None,
 ) -> ParseResult:
-    limits = limits or ParserLimits()
+    """Parse `path` into `sections_file` in a subprocess."""
     request = ParserInput(
         path=str(path),
         filename=filename,
         document_id=document_id,
-        chunks_dir=str(chunks_dir),
-        chunking=chunking,
+        out=str(sections_file),
         memory_mb=memory_mb,
-        limits=limits,
+        limits=limits or ParserLimits(),
     )
+    answer = await _run(request, lambda pid: _remove_unfinished(sections_file, pid))
+    try:
+        return ParseResult.model_validate(answer)
+    except ValueError:  # a ValidationError
+        raise ParserFailedError(
+            f"the parser gave no readable result for {filename}; the import is retried"
+        ) from None
+
+
+async def run_chunk(
+    sections_file: Path,
+    filename: str,
+    document_id: str,
+    version: str,
+    chunks_dir: Path,
+    chunking: ChunkingOptions,
+    markdown: bool,
+    memory_mb: int,
+    limits: ParserLimits | None = None,
+    max_chunks: int | None = None,
+    ocr: tuple[Path, str, list[int]] | None = None,
+) -> int:
+    """Split a version's sections into its chunk files in a subprocess; the chunk count."""
+    request = ParserInput(
+        mode="chunk",
+        path=str(sections_file),
+        filename=filename,
+        document_id=document_id,
+        out=str(chunks_dir),
+        memory_mb=memory_mb,
+        limits=limits or ParserLimits(),
+        version=version,
+        chunking=chunking,
+        markdown=markdown,
+        max_chunks=max_chunks,
+    )
+    if ocr is not None:
+        request.ocr_dir, request.ocr_file_id, request.ocr_pages = str(ocr[0]), ocr[1], ocr[2]
+    answer = await _run(
+        request, lambda pid: remove_unfinished(chunks_dir, document_id, pid, version)
+    )
+    try:
+        return int(answer["total_chunks"])
+    except (KeyError, TypeError, ValueError):
+        raise ParserFailedError(
+            f"the chunker gave no chunk count for {filename}; the import is retried"
+        ) from None
+
+
+async def _run(request: ParserInput, remove_unfinished: Callable[[int], None]) -> dict[str, Any]:
+    limits, memory_mb, path = request.limits, request.memory_mb, Path(request.path)
+    filename = request.filename
     name = filename or path.name
     proc = await asyncio.create_subprocess_exec(
         *PARSER_COMMAND,
@@ -91,12 +148,12 @@ async def run_parse(
         # The activity was cancelled or timed out: the parser must not outlive it.
         proc.kill()
         await proc.wait()
-        remove_unfinished(chunks_dir, document_id, proc.pid)
+        remove_unfinished(proc.pid)
         raise
     rc = proc.returncode or 0
     if rc < 0:
         # Killed (by us, a limit or a crash) before it could remove its temporary files.
-        remove_unfinished(chunks_dir, document_id, proc.pid)
+        remove_unfinished(proc.pid)
     if timed_out:
         raise DocumentError(
             "DocumentTooComplex",
@@ -108,7 +165,7 @@ async def run_parse(
         try:
             msg = json.loads(last[0])
             if "ok" in msg:
-                return ParseResult.model_validate(msg["ok"])
+                return dict(msg["ok"])
             kind, message = str(msg["error"]["kind"]), str(msg["error"]["message"])
         except (ValueError, KeyError, TypeError):  # ValidationError is a ValueError
             log.error("parser answer unreadable for %s (%s): %r", name, path, last[0][:2000])

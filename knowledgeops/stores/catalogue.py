@@ -75,9 +75,9 @@ class DocumentCatalogue:
             row.error = None
             row.title = row.title or ev.data.get("title")
         elif ev.event_type != EventType.TASK_STARTED:
+            # A failed or cancelled import discarded only its own version: the previous one
+            # (if any) is still searchable, so indexed_chunks keeps counting it.
             row.error = ev.error
-            if ev.data.get("index_cleared"):
-                row.indexed_chunks = 0
 
     async def _list(self, s: AsyncSession, ev: TaskEvent) -> None:
         d = ev.data
@@ -127,6 +127,21 @@ class DocumentCatalogue:
         async with self.db.sessions() as s:
             rows = (await s.execute(q)).all()
         return [doc for doc, have in rows if wanted <= set(have or [])]
+
+    async def indexed_ids(self, after: str = "", limit: int = 500) -> tuple[list[str], int]:
+        """Ids of documents with a published version (indexed chunks), in id order after
+        `after`, and how many such documents there are in all."""
+        has = DocumentRow.indexed_chunks > 0
+        q = (
+            select(DocumentRow.document_id)
+            .where(has, DocumentRow.document_id > after)
+            .order_by(DocumentRow.document_id)
+            .limit(limit)
+        )
+        async with self.db.sessions() as s:
+            ids = list((await s.execute(q)).scalars())
+            total = int((await s.execute(select(func.count()).where(has))).scalar_one())
+        return ids, total
 
     async def list(
         self,

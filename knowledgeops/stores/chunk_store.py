@@ -1,8 +1,12 @@
-"""Chunk storage: one JSON-lines file per document plus an offset index for range reads.
+"""Chunk storage: one JSON-lines file per document version plus an offset index for range reads.
 
-Chunk text lives here, not in Temporal payloads; activities pass a document id and an index
-range. Files are written under a temporary name and renamed, so a retried or killed parse never
-leaves a half-written chunk file behind.
+Chunk text lives here, not in Temporal payloads; activities pass a document id, a version and
+an index range. An import writes its own version (`<document>~<version>.jsonl` / `.idx`) next
+to the live one and publishes it at the end by replacing the pointer file `<document>.live`
+(one atomic rename), so readers see the previous version until the new one is complete, and a
+failed import leaves it untouched. Files are written under a temporary name and renamed, so a
+retried or killed chunking step never leaves a half-written chunk file behind. Files of
+earlier versions of this code (`<document>.jsonl`, no pointer) are read as the live version.
 """
 
 from __future__ import annotations
@@ -24,18 +28,76 @@ class Chunk:
     heading: str | None = None
 
 
-def _paths(chunks_dir: Path, document_id: str) -> tuple[Path, Path]:
-    if "/" in document_id or document_id in {".", ".."}:
-        raise ValueError(f"Invalid document id {document_id!r}")
-    return chunks_dir / f"{document_id}.jsonl", chunks_dir / f"{document_id}.idx"
+# Separates a document id from a version in file names; never part of a document id.
+VERSION_SEPARATOR = "~"
+LIVE_SUFFIX = ".live"
+
+
+def _check(name: str, what: str) -> str:
+    if not name or "/" in name or VERSION_SEPARATOR in name or name in {".", ".."}:
+        raise ValueError(f"Invalid {what} {name!r}")
+    return name
+
+
+def _paths(chunks_dir: Path, document_id: str, version: str | None = None) -> tuple[Path, Path]:
+    stem = _check(document_id, "document id")
+    if version is not None:
+        stem += VERSION_SEPARATOR + _check(version, "version")
+    return chunks_dir / f"{stem}.jsonl", chunks_dir / f"{stem}.idx"
+
+
+def live_version(chunks_dir: Path, document_id: str) -> str | None:
+    """The published version, or None for a document stored before versions (or none)."""
+    try:
+        return (chunks_dir / f"{_check(document_id, 'document id')}{LIVE_SUFFIX}").read_text()
+    except FileNotFoundError:
+        return None
+
+
+def has_version(chunks_dir: Path, document_id: str, version: str) -> bool:
+    return _paths(chunks_dir, document_id, version)[1].exists()
+
+
+def publish(chunks_dir: Path, document_id: str, version: str) -> None:
+    """Make `version` the live one (atomic), then remove every other version's files."""
+    if not has_version(chunks_dir, document_id, version):
+        if live_version(chunks_dir, document_id) == version:
+            return  # published already (a retry of this step)
+        raise FileNotFoundError(f"no chunks stored for {document_id} version {version}")
+    pointer = chunks_dir / f"{document_id}{LIVE_SUFFIX}"
+    tmp = pointer.with_name(f"{pointer.name}.tmp-{os.getpid()}")
+    tmp.write_text(version)
+    os.replace(tmp, pointer)
+    keep = set(_paths(chunks_dir, document_id, version))
+    for p in _version_files(chunks_dir, document_id):
+        if p not in keep:
+            p.unlink(missing_ok=True)
+
+
+def _version_files(chunks_dir: Path, document_id: str) -> list[Path]:
+    legacy = list(_paths(chunks_dir, document_id))
+    versioned = [
+        p
+        for p in chunks_dir.glob(f"{document_id}{VERSION_SEPARATOR}*")
+        if p.suffix in (".jsonl", ".idx")
+    ]
+    return legacy + versioned
+
+
+def discard(chunks_dir: Path, document_id: str, version: str) -> None:
+    """Remove an unpublished version's files (a failed or cancelled import's)."""
+    if live_version(chunks_dir, document_id) == version:
+        return
+    for p in _paths(chunks_dir, document_id, version):
+        p.unlink(missing_ok=True)
 
 
 class ChunkWriter:
-    """Appends chunks in order; `commit()` publishes the file atomically."""
+    """Appends chunks in order; `commit()` makes the version's files appear atomically."""
 
-    def __init__(self, chunks_dir: Path, document_id: str) -> None:
+    def __init__(self, chunks_dir: Path, document_id: str, version: str | None = None) -> None:
         chunks_dir.mkdir(parents=True, exist_ok=True)
-        self._final = _paths(chunks_dir, document_id)
+        self._final = _paths(chunks_dir, document_id, version)
         suffix = f".tmp-{os.getpid()}"
         self._tmp = tuple(p.with_name(p.name + suffix) for p in self._final)
         self._data = self._tmp[0].open("wb")
@@ -63,24 +125,40 @@ class ChunkWriter:
 
 
 class ChunkReader:
-    def __init__(self, chunks_dir: Path, document_id: str) -> None:
-        self._data_path, idx_path = _paths(chunks_dir, document_id)
-        if not idx_path.exists():
+    """Reads one version: the live one unless `version` is given. Both files are opened at
+    once, so a publish that removes this version afterwards does not disturb the reader."""
+
+    def __init__(self, chunks_dir: Path, document_id: str, version: str | None = None) -> None:
+        self.version = version or live_version(chunks_dir, document_id)
+        data_path, idx_path = _paths(chunks_dir, document_id, self.version)
+        try:
+            with idx_path.open("rb") as f:
+                raw_offsets = f.read()
+            self._data = data_path.open("rb")
+        except FileNotFoundError:
             raise FileNotFoundError(
-                f"No chunks stored for document {document_id!r}; the parse step must run first"
-            )
+                f"No chunks stored for document {document_id!r}"
+                + (f" version {self.version}" if self.version else "")
+                + "; the chunk step must run first"
+            ) from None
         self._offsets = array("Q")
-        with idx_path.open("rb") as f:
-            self._offsets.frombytes(f.read())
+        self._offsets.frombytes(raw_offsets)
         self.count = len(self._offsets) - 1
+
+    def close(self) -> None:
+        self._data.close()
+
+    def __del__(self) -> None:
+        data = getattr(self, "_data", None)
+        if data is not None:
+            data.close()
 
     def read(self, start: int, end: int) -> list[Chunk]:
         end = min(end, self.count)
         if start >= end:
             return []
-        with self._data_path.open("rb") as f:
-            f.seek(self._offsets[start])
-            raw = f.read(self._offsets[end] - self._offsets[start])
+        self._data.seek(self._offsets[start])
+        raw = self._data.read(self._offsets[end] - self._offsets[start])
         return [_decode(line) for line in raw.splitlines()]
 
     def iter_batches(self, start: int, batch_size: int) -> Iterator[list[Chunk]]:
@@ -93,12 +171,24 @@ def _decode(line: bytes) -> Chunk:
     return Chunk(index=r["i"], text=r["t"], content_hash=r["h"], page=r["p"], heading=r["s"])
 
 
-def remove_unfinished(chunks_dir: Path, document_id: str, pid: int) -> None:
+def remove_unfinished(
+    chunks_dir: Path, document_id: str, pid: int, version: str | None = None
+) -> None:
     """Remove what a writer in process `pid` left when it was killed before commit/abort."""
-    for p in _paths(chunks_dir, document_id):
+    for p in _paths(chunks_dir, document_id, version):
         p.with_name(f"{p.name}.tmp-{pid}").unlink(missing_ok=True)
 
 
 def delete_chunks(chunks_dir: Path, document_id: str) -> None:
-    for p in _paths(chunks_dir, document_id):
+    """Every version of a document, and its pointer."""
+    for p in _version_files(chunks_dir, document_id):
         p.unlink(missing_ok=True)
+    (chunks_dir / f"{document_id}{LIVE_SUFFIX}").unlink(missing_ok=True)
+
+
+def document_of(path: Path) -> str | None:
+    """The document a file of the chunk store belongs to (None: not one of its files)."""
+    for suffix in (".jsonl", ".idx", LIVE_SUFFIX):
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)].split(VERSION_SEPARATOR)[0]
+    return None

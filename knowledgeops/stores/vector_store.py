@@ -1,8 +1,11 @@
 """The Qdrant index of chunks: embedded local mode by default, a server when QDRANT_URL is set.
 
-Point ids are derived from (document id, chunk index), so writing a chunk twice overwrites it
-instead of duplicating it. Each point stores the chunk's content hash, which lets a resumed or
-repeated import skip chunks whose embedding is already stored.
+Point ids are derived from (document id, version, chunk index), so writing a chunk twice
+overwrites it instead of duplicating it. An import writes its version's points *staged*
+(invisible to search) next to the live version's, and publishes them at the end: the staged
+flag is removed, then the other versions' points are deleted. So search answers from the
+previous version until the new one is complete, and a failed import discards only its own
+staged points. Points written before versions existed have neither field and count as live.
 """
 
 from __future__ import annotations
@@ -26,8 +29,15 @@ T = TypeVar("T")
 _POINT_NAMESPACE = uuid.UUID("5b0a6f5e-8d1c-4a53-9a3e-6f1f0c2d7e11")
 
 
-def point_id(document_id: str, chunk_index: int) -> str:
-    return str(uuid.uuid5(_POINT_NAMESPACE, f"{document_id}\x00{chunk_index}"))
+def point_id(document_id: str, chunk_index: int, version: str | None = None) -> str:
+    key = f"{document_id}\x00{chunk_index}"
+    if version is not None:
+        key = f"{document_id}\x00{version}\x00{chunk_index}"
+    return str(uuid.uuid5(_POINT_NAMESPACE, key))
+
+
+# Search never sees staged points.
+_NOT_STAGED = models.FieldCondition(key="staged", match=models.MatchValue(value=True))
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ class VectorStore:
         # One collection per embedding model: vectors of different models never mix.
         return f"chunks_{slug(model_id)}"
 
-    async def _ensure(self, collection: str, dimension: int) -> None:
+    async def _ensure(self, collection: str, dimension: int, *, indexed: bool = True) -> None:
         if collection in self._ready:
             return
 
@@ -117,10 +127,12 @@ class VectorStore:
                         size=dimension, distance=models.Distance.COSINE
                     ),
                 )
-                if not self._local:  # local mode has no payload indexes
+                if indexed and not self._local:  # local mode has no payload indexes
                     for field, schema in (
                         ("document_id", models.PayloadSchemaType.KEYWORD),
                         ("chunk_index", models.PayloadSchemaType.INTEGER),
+                        ("version", models.PayloadSchemaType.KEYWORD),
+                        ("staged", models.PayloadSchemaType.BOOL),
                     ):
                         self._client.create_payload_index(collection, field, schema)
 
@@ -132,33 +144,27 @@ class VectorStore:
             return True
         return await self._run(self._client.collection_exists, collection)
 
-    async def stored_fingerprints(
-        self, collection: str, document_id: str, indices: Sequence[int]
-    ) -> dict[int, str]:
-        """chunk index -> content hash of the points already stored."""
-        if not indices or not await self._exists(collection):
-            return {}
-        ids = [point_id(document_id, i) for i in indices]
-        records = await self._run(
-            self._client.retrieve, collection, ids, with_payload=["chunk_index", "h"]
-        )
-        return {
-            int(r.payload["chunk_index"]): str(r.payload.get("h")) for r in records if r.payload
-        }
-
     async def upsert(
         self,
         collection: str,
         document_id: str,
         chunks: Sequence[Chunk],
         vectors: Sequence[Sequence[float]],
+        *,
+        version: str | None = None,
+        staged: bool = False,
     ) -> None:
         if not chunks:
             return
         await self._ensure(collection, len(vectors[0]))
+        extra: dict[str, Any] = {}
+        if version is not None:
+            extra["version"] = version
+        if staged:
+            extra["staged"] = True
         points = [
             models.PointStruct(
-                id=point_id(document_id, c.index),
+                id=point_id(document_id, c.index, version),
                 vector=list(v),
                 payload={
                     "document_id": document_id,
@@ -167,9 +173,83 @@ class VectorStore:
                     "page": c.page,
                     "heading": c.heading,
                     "h": c.content_hash,
+                    **extra,
                 },
             )
             for c, v in zip(chunks, vectors, strict=True)
+        ]
+        await self._run(self._client.upsert, collection, points, wait=True)
+
+    @staticmethod
+    def _version_filter(document_id: str, version: str) -> list[models.Condition]:
+        return [
+            models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id)),
+            models.FieldCondition(key="version", match=models.MatchValue(value=version)),
+        ]
+
+    async def publish(self, collection: str, document_id: str, version: str) -> int:
+        """Make a version's staged points live, then delete every other version's points.
+        Idempotent (a retry finds nothing staged and nothing else). Returns points deleted."""
+        if not await self._exists(collection):
+            return 0
+        mine = self._version_filter(document_id, version)
+        others = models.Filter(
+            must=[mine[0]],
+            must_not=[models.FieldCondition(key="version", match=models.MatchValue(value=version))],
+        )
+
+        def swap() -> int:
+            # Unstage first: for a moment both versions answer, rather than neither.
+            self._client.delete_payload(
+                collection, keys=["staged"], points=models.Filter(must=mine), wait=True
+            )
+            n = self._client.count(collection, count_filter=others, exact=True).count
+            if n:
+                self._client.delete(collection, models.FilterSelector(filter=others), wait=True)
+            return int(n)
+
+        return await self._run(swap)
+
+    async def discard_staged(self, collection: str, document_id: str, version: str) -> int:
+        """Delete a version's staged points (never live ones)."""
+        if not await self._exists(collection):
+            return 0
+        flt = models.Filter(must=[*self._version_filter(document_id, version), _NOT_STAGED])
+
+        def delete() -> int:
+            n = self._client.count(collection, count_filter=flt, exact=True).count
+            if n:
+                self._client.delete(collection, models.FilterSelector(filter=flt), wait=True)
+            return int(n)
+
+        return await self._run(delete)
+
+    async def retrieve_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, list[float]]:
+        """Point id -> vector, for the ids that exist."""
+        if not ids or not await self._exists(collection):
+            return {}
+        records = await self._run(
+            self._client.retrieve, collection, list(ids), with_payload=False, with_vectors=True
+        )
+        out: dict[str, list[float]] = {}
+        for r in records:
+            if isinstance(r.vector, list):
+                out[str(r.id)] = [float(x) for x in r.vector if isinstance(x, float | int)]
+        return out
+
+    async def upsert_vectors(
+        self,
+        collection: str,
+        ids: Sequence[str],
+        vectors: Sequence[Sequence[float]],
+        payloads: Sequence[dict[str, Any]],
+    ) -> None:
+        if not ids:
+            return
+        await self._ensure(collection, len(vectors[0]), indexed=False)
+        points = [
+            models.PointStruct(id=i, vector=list(v), payload=p)
+            for i, v, p in zip(ids, vectors, payloads, strict=True)
         ]
         await self._run(self._client.upsert, collection, points, wait=True)
 
@@ -184,10 +264,15 @@ class VectorStore:
             )
         return models.Filter(must=must)
 
-    async def count(self, collection: str, document_id: str | None = None) -> int:
+    async def count(
+        self, collection: str, document_id: str | None = None, *, staged: bool = False
+    ) -> int:
+        """Searchable points (of a document); with `staged`, staged ones too."""
         if not await self._exists(collection):
             return 0
-        flt = self._doc_filter(document_id) if document_id else None
+        flt = self._doc_filter(document_id) if document_id else models.Filter()
+        if not staged:
+            flt.must_not = [_NOT_STAGED]
         res = await self._run(self._client.count, collection, count_filter=flt, exact=True)
         return int(res.count)
 
@@ -307,7 +392,7 @@ class VectorStore:
                     key="document_id", match=models.MatchAny(any=sorted(set(document_ids)))
                 )
             )
-        flt = models.Filter(must=must) if must else None
+        flt = models.Filter(must=must or None, must_not=[_NOT_STAGED])
         res = await self._run(
             partial(
                 self._client.query_points,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from starter.http import admin, documents, reports, tasks, webhooks
+from starter.http import admin, agent, cards, documents, reports, tasks, webhooks
 from starter.http.access import BrowserGuard
 from starter.http.errors import error_response, install_error_handlers
 from starter.http.runtime import Runtime, RuntimeDep
@@ -101,7 +101,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(documents.router)
+    app.include_router(cards.router)
     app.include_router(tasks.router)
+    app.include_router(agent.router)
     app.include_router(admin.router)
     app.include_router(reports.router)
     app.include_router(webhooks.router)

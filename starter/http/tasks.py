@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError
 from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.contracts.events import StoredEvent
 from knowledgeops.errors import validation_text
+from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.task_types import TaskQueue, TaskType, spec_for
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
@@ -46,6 +47,17 @@ class CancelRequest(BaseModel):
 class CancelAccepted(BaseModel):
     task_id: str
     status: str = "cancelling"
+
+
+@router.get("/tasks/{task_id}/output")
+async def task_output(rt: RuntimeDep, who: CallerDep, task_id: str) -> dict[str, Any]:
+    """What the task produced, as stored by it (its type's output model as JSON); the task's
+    status carries only a small result that names it. 404 until the task has stored one."""
+    await visible_task(rt, who, task_id)
+    try:
+        return OutputStore(rt.settings.outputs_dir).load(task_id)
+    except OutputNotFoundError as e:
+        raise ApiError(404, "not_found", str(e)) from None
 
 
 @router.post("/tasks/{task_id}/cancel", status_code=202, response_model=CancelAccepted)
@@ -118,6 +130,8 @@ async def submit_task(rt: RuntimeDep, who: CallerDep, body: TaskRequest) -> Task
         raise ApiError(403, "forbidden", f"A token bound to one owner cannot start {task_type}")
     if task_type == TaskType.DOCUMENT_IMPORT:
         return await _submit_import(rt, who, body)
+    if who.owner is not None:
+        await _own_documents_only(rt, who.owner, body.payload)
     ref = await rt.service.enqueue(
         task_type,
         body.payload,
@@ -128,6 +142,18 @@ async def submit_task(rt: RuntimeDep, who: CallerDep, body: TaskRequest) -> Task
     return TaskAccepted(
         task_id=ref.task_id, task_type=ref.task_type, status_url=f"/v1/tasks/{ref.task_id}"
     )
+
+
+async def _own_documents_only(rt: RuntimeDep, owner: str, payload: dict[str, Any]) -> None:
+    """An owner-bound token names only its owner's documents in a payload (the AI types read
+    them): another owner's document is unknown to it, like a missing one."""
+    named = payload.get("document_ids") or []
+    if isinstance(payload.get("document_id"), str):
+        named = [payload["document_id"], *named]
+    for doc in named if isinstance(named, list) else []:
+        row = await rt.documents.catalogue.get(str(doc)) if isinstance(doc, str) else None
+        if row is None or row.owner != owner:
+            raise ApiError(404, "not_found", f"No document with id {doc!r}")
 
 
 async def _submit_import(rt: RuntimeDep, who: Caller, body: TaskRequest) -> TaskAccepted:

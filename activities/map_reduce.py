@@ -1,0 +1,144 @@
+"""Map-reduce over a document's chunk groups, for the AI activities.
+
+A document longer than one model request is cut into chunk groups (`plan_groups`, bounded by
+CHAT_INPUT_TOKENS); each group's partial result is written to the task's work directory
+(`outputs/.work/<task id>/group-<i>.json`) as soon as it exists, and the heartbeat carries the
+number of groups done. A retry after a crash reads finished groups back instead of paying for
+them again. The work directory goes when the task completes, fails or is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+
+from activities.support import Heartbeater, bad_input, resume_from
+from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
+from knowledgeops.embedding import token_upper_bound
+from knowledgeops.stores.chunk_store import Chunk, ChunkReader
+from knowledgeops.stores.file_store import write_atomically
+from knowledgeops.stores.outputs import OutputStore
+
+P = TypeVar("P", bound=BaseModel)
+
+
+class Partial(BaseModel):
+    """One group's stored result: the value (a kind's partial model, as JSON) and its cost."""
+
+    value: str
+    usage: TokenUsage
+
+
+class WorkDir:
+    def __init__(self, outputs_dir: Path, task_id: str) -> None:
+        # OutputStore.path refuses a task id with a path separator before it names a folder.
+        OutputStore(outputs_dir).path(task_id)
+        self.path = outputs_dir / ".work" / task_id
+
+    def group_file(self, i: int) -> Path:
+        return self.path / f"group-{i}.json"
+
+    def load(self, i: int) -> Partial | None:
+        try:
+            return Partial.model_validate_json(self.group_file(i).read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValidationError:
+            activity.logger.warning("ignoring unreadable partial result %s", self.group_file(i))
+            return None
+
+    def save(self, i: int, partial: Partial) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.group_file(i), partial.model_dump_json().encode())
+
+    def discard(self) -> int:
+        if not self.path.is_dir():
+            return 0
+        removed = sum(1 for p in self.path.iterdir() if p.is_file())
+        shutil.rmtree(self.path, ignore_errors=True)
+        return removed
+
+
+def open_chunks(chunks_dir: Path, document_id: str, version: str | None = None) -> ChunkReader:
+    """The document's chunks; a document that does not exist (or changed since the plan) is
+    bad input: retrying cannot bring it back."""
+    try:
+        return ChunkReader(chunks_dir, document_id, version)
+    except (FileNotFoundError, ValueError) as e:
+        if version is not None:
+            raise bad_input(
+                "DocumentChanged",
+                f"document {document_id} was re-imported or deleted while this task ran ({e}); "
+                "start the task again",
+            ) from None
+        raise bad_input(
+            "DocumentNotFound",
+            f"{e}; import the document first (knowledgeops import FILE) and use its id",
+        ) from None
+
+
+def plan_groups(reader: ChunkReader, document_id: str, budget_tokens: int) -> GroupPlan:
+    """Consecutive chunks packed into groups of at most `budget_tokens` (a byte-length bound:
+    never an under-count), at least one chunk each."""
+    starts: list[int] = []
+    used = budget_tokens + 1
+    for batch in reader.iter_batches(0, 256):
+        for chunk in batch:
+            cost = token_upper_bound(chunk.text) + 16  # the "[chunk N]" marker and separators
+            if used + cost > budget_tokens:
+                starts.append(chunk.index)
+                used = 0
+            used += cost
+    return GroupPlan(
+        document_id=document_id, version=reader.version, chunks=reader.count, starts=starts
+    )
+
+
+def passages(chunks: list[Chunk]) -> str:
+    """Chunk text as a model reads it: each passage marked with the index it is cited by."""
+    return "\n\n".join(
+        f"[chunk {c.index}]" + (f" ({c.heading})" if c.heading else "") + f"\n{c.text}"
+        for c in chunks
+    )
+
+
+async def map_groups(
+    work: WorkDir,
+    reader: ChunkReader,
+    plan: GroupPlan,
+    partial_type: type[P],
+    fn: Callable[[list[Chunk]], Awaitable[tuple[P, TokenUsage]]],
+) -> tuple[list[P], int, TokenUsage]:
+    """Every group's partial result (stored ones read back), how many were read back, and the
+    tokens all groups cost (stored ones included: the task paid for them)."""
+    total = len(plan.starts)
+    checkpoint = resume_from(GroupCheckpoint(total=total), lambda cp: cp.total == total)
+    if checkpoint.done:
+        activity.logger.info("resuming after %d of %d chunk groups", checkpoint.done, total)
+    results: list[P] = []
+    reused = 0
+    usage = TokenUsage()
+    async with Heartbeater(GroupCheckpoint(total=total).model_dump()) as hb:
+        for i in range(total):
+            # The stored file, not only the checkpoint, decides: a heartbeat may lag the save.
+            stored = await asyncio.to_thread(work.load, i)
+            if stored is not None:
+                value = partial_type.model_validate_json(stored.value)
+                reused += 1
+                cost = stored.usage
+            else:
+                start, end = plan.bounds(i)
+                chunks = await asyncio.to_thread(reader.read, start, end)
+                value, cost = await fn(chunks)
+                partial = Partial(value=value.model_dump_json(), usage=cost)
+                await asyncio.to_thread(work.save, i, partial)
+            results.append(value)
+            usage = usage.add(cost)
+            hb.update(GroupCheckpoint(done=i + 1, total=total, usage=usage).model_dump())
+    return results, reused, usage

@@ -1,0 +1,145 @@
+"""Activities of OCR_PROCESS: inspect the input (format, pages), then recognise page by page.
+
+Both run the OCR subprocess (activities/ocr_process.py): opening an untrusted image or PDF is
+already a risk. Recognition heartbeats a checkpoint after every stored page, so a retry after
+a crash or a killed worker starts at the next page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from activities.ocr_process import OcrChildInput
+from activities.ocr_runner import OCR_MEMORY_MB, run_ocr_child
+from activities.support import Heartbeater, bad_input, resume_from
+from knowledgeops.contracts.ocr import (
+    INSPECT_OCR_INPUT,
+    RECOGNIZE_PAGES,
+    InspectRequest,
+    InspectResult,
+    RecognizeCheckpoint,
+    RecognizeRequest,
+    RecognizeResult,
+)
+from knowledgeops.errors import DocumentError
+from knowledgeops.resources import Resources
+from knowledgeops.stores import file_store
+from knowledgeops.stores.ocr_results import OcrResults
+
+# Formats whose `pages` select pages (frames); any other image is one page.
+_PAGED = ("pdf", "tiff")
+
+
+class OcrActivities:
+    def __init__(self, resources: Resources) -> None:
+        self.settings = resources.settings
+        self.results = OcrResults(self.settings.ocr_dir)
+        # At most one OCR process per two cores, as for parsers (PARSER_CONCURRENCY): each
+        # runs two onnxruntime threads and peaks at ~1 GB; more would only thrash.
+        self._slots = asyncio.Semaphore(self.settings.parser_concurrency)
+
+    def _stored(self, file_id: str, filename: str) -> Path:
+        try:
+            path = file_store.path_for(self.settings.files_dir, file_id)
+        except ValueError as e:
+            raise bad_input("InvalidFileId", str(e)) from None
+        if not path.is_file():
+            raise bad_input(
+                "FileNotFound", f"stored file {file_id} does not exist; upload it again"
+            )
+        size = path.stat().st_size
+        if size > self.settings.max_file_bytes:
+            raise bad_input(
+                "FileTooLarge",
+                f"{filename or file_id} is {size} bytes; the limit is "
+                f"{self.settings.max_file_bytes} (MAX_FILE_BYTES)",
+            )
+        return path
+
+    def _child(
+        self, mode: Any, path: Path, file_id: str, filename: str, **kw: Any
+    ) -> OcrChildInput:
+        return OcrChildInput(
+            mode=mode,
+            path=str(path),
+            filename=filename or file_id,
+            file_id=file_id,
+            ocr_dir=str(self.settings.ocr_dir),
+            memory_mb=OCR_MEMORY_MB,
+            **kw,
+        )
+
+    @activity.defn(name=INSPECT_OCR_INPUT.name)
+    async def inspect_ocr_input(self, req: InspectRequest) -> InspectResult:
+        path = self._stored(req.file_id, req.filename)
+        name = req.filename or req.file_id
+        try:
+            async with Heartbeater():
+                answer = await run_ocr_child(self._child("inspect", path, req.file_id, name))
+        except DocumentError as e:
+            raise bad_input(e.kind, e.message) from None
+        fmt, count = str(answer["format"]), int(answer["page_count"])
+        if req.pages is None or fmt not in _PAGED:
+            return InspectResult(format=fmt, page_count=count, pages=list(range(1, count + 1)))
+        missing = [p for p in req.pages if p > count]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise bad_input(
+                "PageOutOfRange",
+                f"{name} has {count} page{'s' if count != 1 else ''}; there is no page {shown}: "
+                f"ask for pages 1 to {count}, or for none to OCR every page",
+            )
+        return InspectResult(format=fmt, page_count=count, pages=req.pages)
+
+    @activity.defn(name=RECOGNIZE_PAGES.name)
+    async def recognize_pages(self, req: RecognizeRequest) -> RecognizeResult:
+        path = self._stored(req.file_id, req.filename)
+        total = len(req.pages)
+
+        def still_stored(cp: RecognizeCheckpoint) -> bool:
+            # A checkpoint is only as good as the pages it counts (a cleanup may have run).
+            return (
+                cp.total == total
+                and cp.done <= total
+                and all(self.results.has(req.file_id, p) for p in req.pages[: cp.done])
+            )
+
+        checkpoint = resume_from(RecognizeCheckpoint(total=total), still_stored)
+        resumed = checkpoint.done
+        hb = Heartbeater(checkpoint.model_dump())
+
+        def on_page(msg: dict[str, Any]) -> None:
+            checkpoint.done += 1
+            checkpoint.characters += int(msg["characters"])
+            checkpoint.lines += int(msg["lines"])
+            hb.update(checkpoint.model_dump())
+
+        todo = req.pages[checkpoint.done :]
+        if resumed:
+            activity.logger.info("resuming OCR of %s at page %s", req.file_id, todo[:1])
+        try:
+            async with hb:
+                if todo:
+                    async with self._slots:
+                        request = self._child(
+                            "recognize",
+                            path,
+                            req.file_id,
+                            req.filename,
+                            format=req.format,
+                            pages=todo,
+                        )
+                        await run_ocr_child(request, on_page)
+        except DocumentError as e:
+            raise bad_input(e.kind, e.message) from None
+        return RecognizeResult(
+            pages=total,
+            characters=checkpoint.characters,
+            lines=checkpoint.lines,
+            resumed=resumed,
+            location=str(self.results.folder(req.file_id)),
+        )

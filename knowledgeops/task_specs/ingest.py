@@ -1,0 +1,166 @@
+"""Task types that make documents searchable: import, OCR, embedding, indexing.
+
+Entries of the one registry (`knowledgeops.task_types.REGISTRY`); see task_types.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+from knowledgeops.contracts.document_import import (
+    CHUNK_DOCUMENT,
+    DISCARD_VERSION,
+    EMBED_CHUNKS,
+    PARSE_DOCUMENT,
+    PUBLISH_VERSION,
+    UPSERT_CHUNKS,
+    DocumentImportPayload,
+    DocumentImportResult,
+)
+from knowledgeops.contracts.indexing import (
+    LIST_INDEXED_DOCUMENTS,
+    EmbeddingGeneratePayload,
+    EmbeddingGenerateResult,
+    IndexingUpsertPayload,
+    IndexingUpsertResult,
+)
+from knowledgeops.contracts.ocr import INSPECT_OCR_INPUT, RECOGNIZE_PAGES, OcrPayload, OcrResult
+from knowledgeops.task_spec import (
+    ActivityOptions,
+    TaskQueue,
+    TaskSpec,
+    TaskType,
+)
+from knowledgeops.task_spec import retry as _retry
+
+LIST_ACTIVITIES: Mapping[str, ActivityOptions] = {
+    LIST_INDEXED_DOCUMENTS.name: ActivityOptions(
+        start_to_close=timedelta(seconds=30), retry_policy=_retry(5)
+    ),
+}
+INGEST_CLASSES = (
+    "activities.indexing:EmbedActivities",
+    "activities.indexing:DocumentListActivities",
+)
+
+# The embed and upsert steps: DOCUMENT_IMPORT, EMBEDDING_GENERATE and INDEXING_UPSERT run them.
+INGEST_ACTIVITIES: Mapping[str, ActivityOptions] = {
+    # Batch by batch through the embedding cache; the heartbeat carries the chunk checkpoint.
+    EMBED_CHUNKS.name: ActivityOptions(
+        start_to_close=timedelta(hours=4),
+        heartbeat_timeout=timedelta(seconds=20),
+        retry_policy=_retry(8, initial=2.0),
+    ),
+    # Cached vectors into index points (deterministic ids); the heartbeat carries the checkpoint.
+    UPSERT_CHUNKS.name: ActivityOptions(
+        start_to_close=timedelta(hours=2),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=_retry(8, initial=2.0),
+    ),
+}
+
+
+SPECS: list[TaskSpec] = [
+    TaskSpec(
+        TaskType.DOCUMENT_IMPORT,
+        DocumentImportPayload,
+        TaskQueue.INGEST,
+        "Parse, chunk, embed and index a stored file so it becomes searchable.",
+        execution_timeout=timedelta(hours=12),
+        workflow_name="DocumentImport",
+        workflow_class="workflows.document_import:DocumentImportWorkflow",
+        result_model=DocumentImportResult,
+        activities={
+            # Parsing runs in a subprocess and heartbeats while it waits for it.
+            PARSE_DOCUMENT.name: ActivityOptions(
+                start_to_close=timedelta(minutes=30),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(3),
+                task_queue=TaskQueue.PARSE,
+                express_queue=TaskQueue.PARSE_EXPRESS,
+            ),
+            # Splits the parsed text in the parser subprocess (so on the parsers' queue);
+            # redone from the stored sections on retry.
+            CHUNK_DOCUMENT.name: ActivityOptions(
+                start_to_close=timedelta(minutes=30),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(3),
+                task_queue=TaskQueue.PARSE,
+                express_queue=TaskQueue.PARSE_EXPRESS,
+            ),
+            **INGEST_ACTIVITIES,
+            # Unstage this version's points, delete the other versions'; idempotent.
+            PUBLISH_VERSION.name: ActivityOptions(
+                start_to_close=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(10),
+            ),
+            DISCARD_VERSION.name: ActivityOptions(
+                start_to_close=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(10),
+            ),
+        },
+        activity_classes=(
+            "activities.document_import:ImportActivities",
+            "activities.indexing:EmbedActivities",
+        ),
+        progress_unit="chunks",
+        projection="knowledgeops.stores.catalogue:DocumentCatalogue",
+    ),
+    TaskSpec(
+        TaskType.OCR_PROCESS,
+        OcrPayload,
+        TaskQueue.INGEST,
+        "Recognise the text (Chinese and English) of an image or of a stored PDF's pages, "
+        "offline, page by page; the text goes to the OCR store, keyed by file.",
+        execution_timeout=timedelta(hours=12),
+        workflow_name="OcrProcess",
+        workflow_class="workflows.ocr:OcrProcessWorkflow",
+        result_model=OcrResult,
+        activities={
+            # Opens the file in the OCR subprocess to learn its format and page count.
+            INSPECT_OCR_INPUT.name: ActivityOptions(
+                start_to_close=timedelta(minutes=5),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(3),
+            ),
+            # Page by page (~1-4 s each here); the heartbeat carries the page checkpoint.
+            RECOGNIZE_PAGES.name: ActivityOptions(
+                start_to_close=timedelta(hours=10),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(5, initial=2.0),
+            ),
+        },
+        activity_classes=("activities.ocr:OcrActivities",),
+        progress_unit="pages",
+    ),
+    TaskSpec(
+        TaskType.EMBEDDING_GENERATE,
+        EmbeddingGeneratePayload,
+        TaskQueue.INGEST,
+        "Embed a stored document's chunks (a range, or every document's) with a named "
+        "model into the embedding cache; what is cached already is not paid again.",
+        workflow_name="EmbeddingGenerate",
+        workflow_class="workflows.indexing:EmbeddingGenerateWorkflow",
+        result_model=EmbeddingGenerateResult,
+        # The embed step is DOCUMENT_IMPORT's (same queue, same activity class).
+        activities={**INGEST_ACTIVITIES, **LIST_ACTIVITIES},
+        activity_classes=INGEST_CLASSES,
+        progress_unit="documents",
+    ),
+    TaskSpec(
+        TaskType.INDEXING_UPSERT,
+        IndexingUpsertPayload,
+        TaskQueue.INGEST,
+        "Write stored chunks with their cached vectors into a named collection "
+        "(deterministic point ids: idempotent).",
+        workflow_name="IndexingUpsert",
+        workflow_class="workflows.indexing:IndexingUpsertWorkflow",
+        result_model=IndexingUpsertResult,
+        activities={**INGEST_ACTIVITIES, **LIST_ACTIVITIES},
+        activity_classes=INGEST_CLASSES,
+        progress_unit="documents",
+    ),
+]

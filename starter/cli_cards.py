@@ -1,0 +1,31 @@
+"""`knowledgeops cards DOCUMENT_ID`: a document's review cards (GENERATE_REVIEW_CARD) with their
+FSRS state, read from the app database (no index, no running worker needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from knowledgeops.settings import Settings
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.review_cards import ReviewCards
+
+
+async def command(args: argparse.Namespace, settings: Settings) -> int:
+    db = await Database.open(settings)
+    try:
+        page = await ReviewCards(db).list(args.document_id, limit=args.limit, offset=args.offset)
+    finally:
+        await db.close()
+    if args.json:
+        print(json.dumps(page.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return 0
+    if not page.items:
+        print(f"no review cards for {args.document_id} (start GENERATE_REVIEW_CARD to make some)")
+        return 0
+    for c in page.items:
+        print(f"[{c.kind}] chunk {c.source_chunk}  {c.state}, due {c.due:%Y-%m-%d %H:%M}")
+        print(f"    Q: {c.front}")
+        print(f"    A: {c.back}")
+    print(f"{len(page.items)} of {page.total} cards")
+    return 0
