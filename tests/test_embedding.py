@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +129,44 @@ async def test_local_model_serves_the_smallest_waiting_request_first() -> None:
     assert order == ["bulk-0", "small", "bulk-1", "bulk-2"]
     # Free again: the next request does not wait.
     await asyncio.wait_for(embed("after", 64, 0), timeout=1)
+
+
+def test_local_model_process_dies_with_a_killed_worker(tmp_path: Path) -> None:
+    """SIGKILL of the worker runs no cleanup; its model process (~120 MB) must not live on."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    script = (
+        "import asyncio, sys\n"
+        "from knowledgeops.embedding import LocalEmbedder\n"
+        "async def main():\n"
+        "    e = LocalEmbedder()\n"
+        "    await e.embed(['hello'])\n"
+        "    print('ready', flush=True)\n"
+        "    await asyncio.sleep(600)\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n"
+    )
+    (tmp_path / "holder.py").write_text(script)
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "holder.py")],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        model = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+        assert model, "the model runs in a child process"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"orphaned: {[c.cmdline() for c in alive]}"
+    finally:
+        proc.kill()
+        proc.wait()

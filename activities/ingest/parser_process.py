@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.process_guard import die_with_parent
 
 EXIT_DOCUMENT_ERROR = 3
 
@@ -53,6 +54,7 @@ class ParserInput(BaseModel):
 
 
 def main() -> int:
+    die_with_parent()
     request = ParserInput.model_validate_json(sys.argv[1])
     # Batch work yields the CPU to the API and Temporal on the same machine.
     os.nice(10)
