@@ -18,7 +18,7 @@ from temporalio import activity
 
 from activities import artifacts_local as local
 from activities.artifacts_model import combine_answers
-from activities.map_reduce import WorkDir, map_groups, open_chunks, passages, plan_groups
+from activities.map_reduce import WorkDir, map_groups, open_chunks, passages, plan_task
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
 from knowledgeops.chat import ChatModel
@@ -101,17 +101,13 @@ class AnalysisActivities:
                 "OPENAI_API_KEY), or use method=auto / local",
             )
         use_model = chat is not None and req.method != "local"
-        reader = open_chunks(self.r.settings.chunks_dir, req.document_id)
-        try:
-            budget = self.r.settings.chat_input_tokens
-            async with Heartbeater():
-                plan = await asyncio.to_thread(plan_groups, reader, req.document_id, budget)
-        finally:
-            reader.close()
-        if not plan.starts:
-            raise bad_input("EmptyDocument", f"document {req.document_id} has no chunks")
-        # A new run of this task (a manual retry) replaces whatever an earlier run stored.
-        await asyncio.to_thread(self.outputs.delete, req.task_id)
+        plan = await plan_task(
+            self.r.settings.chunks_dir,
+            self.outputs,
+            req.document_id,
+            req.task_id,
+            self.r.settings.chat_input_tokens,
+        )
         method = f"model:{chat.model_id}" if chat is not None and use_model else LOCAL_METHOD
         return AnalysisPlan(method=method, plan=plan)
 

@@ -20,7 +20,7 @@ from temporalio import activity
 from activities import artifacts_local as local
 from activities import artifacts_render as render
 from activities.artifacts_model import GROUP_MODELS, ModelArtifacts
-from activities.map_reduce import WorkDir, map_groups, open_chunks, plan_groups
+from activities.map_reduce import WorkDir, map_groups, open_chunks, plan_task
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
 from knowledgeops.contracts.ai import TokenUsage
@@ -79,17 +79,13 @@ class ArtifactActivities:
             )
         use_model = chat is not None and req.method != "local"
         method = f"model:{chat.model_id}" if chat is not None and use_model else ""
-        reader = open_chunks(self.r.settings.chunks_dir, req.document_id)
-        try:
-            budget = self.r.settings.chat_input_tokens
-            async with Heartbeater():
-                plan = await asyncio.to_thread(plan_groups, reader, req.document_id, budget)
-        finally:
-            reader.close()
-        if not plan.starts:
-            raise bad_input("EmptyDocument", f"document {req.document_id} has no chunks")
-        # A new run of this task (a manual retry) replaces whatever an earlier run stored.
-        await asyncio.to_thread(self.outputs.delete, req.task_id)
+        plan = await plan_task(
+            self.r.settings.chunks_dir,
+            self.outputs,
+            req.document_id,
+            req.task_id,
+            self.r.settings.chat_input_tokens,
+        )
         return ArtifactPlan(method=method or LOCAL_METHODS[req.kind], plan=plan)
 
     @activity.defn(name=MAP_ARTIFACT.name)

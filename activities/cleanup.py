@@ -24,7 +24,6 @@ from pathlib import Path
 
 from sqlalchemy import select
 from temporalio import activity
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities import cleanup_backups
 from activities.support import Heartbeater, bad_input, resume_from
@@ -43,12 +42,12 @@ from knowledgeops.contracts.cleanup import (
     totals,
 )
 from knowledgeops.contracts.document_import import DocumentImportPayload
+from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
-from knowledgeops.task_types import REGISTRY, TaskType
 
 # An upload's temp file older than this belongs to an upload that died.
 UPLOAD_TEMP_AGE = timedelta(hours=1)
@@ -56,8 +55,6 @@ UPLOAD_TEMP_AGE = timedelta(hours=1)
 PARSER_TEMP_RE = re.compile(r"\.tmp-(\d+)$")
 UPLOAD_TEMP_PREFIX = ".upload-"
 EVENTS_TABLE, AUDIT_TABLE = "task_events", "audit_log"
-# Running imports whose input is read at once (one history page each).
-INPUT_READS = 16
 
 
 # How old the view of what is needed may be when an item is judged for removal.
@@ -121,31 +118,7 @@ class CleanupActivities:
 
     async def _live_imports(self) -> list[DocumentImportPayload]:
         """Inputs of this deployment's running (or queued) DOCUMENT_IMPORT tasks."""
-        client = activity.client()
-        spec = REGISTRY[TaskType.DOCUMENT_IMPORT]
-        queue = self.settings.queue(spec.task_queue.value)
-        query = (
-            f'WorkflowType = "{spec.workflow_name}" AND ExecutionStatus = "Running" '
-            f'AND TaskQueue = "{queue}"'
-        )
-        runs = [(w.id, w.run_id) async for w in client.list_workflows(query)]
-        gate = asyncio.Semaphore(INPUT_READS)
-
-        async def input_of(task_id: str, run_id: str) -> DocumentImportPayload | None:
-            async with gate:
-                handle = client.get_workflow_handle(task_id, run_id=run_id)
-                try:
-                    async for event in handle.fetch_history_events(page_size=1):
-                        started = event.workflow_execution_started_event_attributes
-                        [raw] = await client.data_converter.decode(started.input.payloads)
-                        return DocumentImportPayload.model_validate(raw)
-                except RPCError as e:
-                    if e.status != RPCStatusCode.NOT_FOUND:
-                        raise
-                return None  # gone since it was listed: it needs nothing any more
-
-        inputs = await asyncio.gather(*(input_of(t, r) for t, r in runs))
-        return [p for p in inputs if p is not None]
+        return await live_import_inputs(activity.client(), self.settings)
 
     # -- the rules, used to list an item and again just before removing it ------------------
 

@@ -100,6 +100,23 @@ def plan_groups(reader: ChunkReader, document_id: str, budget_tokens: int) -> Gr
     )
 
 
+async def plan_task(
+    chunks_dir: Path, outputs: OutputStore, document_id: str, task_id: str, budget_tokens: int
+) -> GroupPlan:
+    """A map-reduce task's first step: the document's chunk groups (heartbeating while they are
+    planned), and no output of an earlier run of this task (a manual retry replaces it)."""
+    reader = open_chunks(chunks_dir, document_id)
+    try:
+        async with Heartbeater():
+            plan = await asyncio.to_thread(plan_groups, reader, document_id, budget_tokens)
+    finally:
+        reader.close()
+    if not plan.starts:
+        raise bad_input("EmptyDocument", f"document {document_id} has no chunks")
+    await asyncio.to_thread(outputs.delete, task_id)
+    return plan
+
+
 def passages(chunks: list[Chunk]) -> str:
     """Chunk text as a model reads it: each passage marked with the index it is cited by."""
     return "\n\n".join(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.ingest.parse_runner import parser_env
+from activities.ingest.parse_runner import parser_env, tail_of
 from activities.ocr_process import EXIT_DOCUMENT_ERROR, OcrChildInput
 from knowledgeops.errors import DocumentError
 from knowledgeops.stores.ocr_results import OcrResults
@@ -42,15 +42,6 @@ class OcrFailedError(RuntimeError):
     """The OCR process failed for a reason that is not the file's fault (retried)."""
 
 
-async def _tail(stream: asyncio.StreamReader | None, keep: int) -> bytes:
-    kept = b""
-    if stream is None:
-        return kept
-    while block := await stream.read(64 * 1024):
-        kept = (kept + block)[-keep:]
-    return kept
-
-
 async def run_ocr_child(
     request: OcrChildInput, on_page: Callable[[dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
@@ -65,7 +56,7 @@ async def run_ocr_child(
         env=parser_env(),
         limit=_LINE_LIMIT,
     )
-    stderr = asyncio.create_task(_tail(proc.stderr, STDERR_KEEP))
+    stderr = asyncio.create_task(tail_of(proc.stderr, STDERR_KEEP))
     answer: dict[str, Any] = {}
     error: dict[str, Any] | None = None
     reported: list[int] = []

@@ -21,6 +21,7 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.embedding import model_id_for
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
+from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.audit import audit_row
@@ -394,9 +395,17 @@ class DocumentService:
             {"document_id": document_id, "points_removed": removed},
         )
         await self.catalogue.delete_audited(document_id, record)
-        if not await self.catalogue.file_in_use(file_id):
+        if not await self._file_needed(file_id):
             file_store.path_for(self.settings.files_dir, file_id).unlink(missing_ok=True)
         return Deleted(document_id=document_id, points_removed=removed, import_cancelled=cancelled)
+
+    async def _file_needed(self, file_id: str) -> bool:
+        """Another document's, or an import's that no worker has begun (it has no catalogue
+        row yet, but will read the file): the same bytes are one stored file."""
+        if await self.catalogue.file_in_use(file_id):
+            return True
+        live = await live_import_inputs(self.tasks.client, self.settings)
+        return any(p.file_id == file_id for p in live)
 
 
 def _document(row: DocumentRow) -> Document:

@@ -326,3 +326,44 @@ async def test_document_outlives_its_task_in_temporal(env: Env) -> None:
     detail = await env.documents.get("kept-doc")
     assert (detail.status, detail.task) == ("ready", None)
     assert detail.points_in_index == detail.indexed_chunks == st.result["total_chunks"]
+
+
+async def test_delete_keeps_a_file_a_queued_import_will_read(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The same bytes are one stored file. An import no worker has begun has no catalogue row
+    yet; deleting another document with that file must still leave the file to it."""
+    from knowledgeops.stores.database import Database
+    from knowledgeops.stores.vector_store import VectorStore
+    from knowledgeops.temporal import connect
+    from starter.documents import DocumentService
+    from starter.service import TaskQueueService
+
+    shared = tmp_path / "shared.txt"
+    shared.write_text(numbered_paragraphs(4))
+    async with running_env(settings) as env:
+        first = await import_and_wait(env, shared, document_id="first")
+        assert first.status == "completed"
+    # No worker now: the second import stays queued, with no catalogue row.
+    client, db, store = await connect(settings), await Database.open(settings), None
+    try:
+        store = VectorStore.open(settings)
+        service = TaskQueueService(client, settings, db)
+        documents = DocumentService(service, db, settings, store)
+        queued = await documents.import_file(shared, document_id="second")
+        assert (await service.get_status(queued.task_id)).status == "pending"
+        assert await documents.catalogue.get("second") is None
+        for _ in range(50):  # visibility lists a new task within a moment
+            if [w async for w in client.list_workflows(f'WorkflowId = "{queued.task_id}"')]:
+                break
+            await asyncio.sleep(0.1)
+        await documents.delete("first", actor="test")
+        stored = list(settings.files_dir.iterdir())
+        assert len(stored) == 1, "the queued import's file was deleted"
+    finally:
+        if store is not None:
+            store.close()
+        await db.close()
+    async with running_env(settings) as env:
+        st = await env.service.wait(queued.task_id, timeout=WAIT)
+        assert st.status == "completed", st.last_error

@@ -19,7 +19,6 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
@@ -28,7 +27,7 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from workflows.base import TaskWorkflow, _emit
+from workflows.base import TaskWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from knowledgeops.contracts.agent import (
@@ -51,9 +50,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRef,
         ToolRequest,
     )
-    from knowledgeops.contracts.events import EventType
     from knowledgeops.errors import failure_text
-    from knowledgeops.task_types import REGISTRY, TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
+    from knowledgeops.task_types import REGISTRY, TaskType
 
 # The memo key the service records a task's owner under (starter.service.OWNER_MEMO).
 OWNER_MEMO = "owner"
@@ -84,28 +82,8 @@ class AgentTaskWorkflow(TaskWorkflow[AgentTaskPayload, AgentResult]):
 
     @workflow.run
     async def run(self, payload: AgentTaskPayload) -> AgentResult:
-        if payload.state is None:
-            return await self.run_task(payload)
-        return await self._continue_task(payload)
-
-    async def _continue_task(self, payload: AgentTaskPayload) -> AgentResult:
-        """A continued run: as `run_task`, but the first run already recorded TaskEnqueued /
-        TaskStarted, so only the outcome is recorded."""
-        about = self.event_data(payload)
-        try:
-            result = await self.steps(payload)
-        except (asyncio.CancelledError, FailureError) as e:
-            cleaned = await self._compensate()
-            if is_cancelled_exception(e):
-                await _emit(self.task_type, EventType.TASK_CANCELLED, about | cleaned)
-            else:
-                await _emit(
-                    self.task_type, EventType.TASK_FAILED, about | cleaned, error=failure_text(e)
-                )
-            raise
-        self.stage("completed")
-        await _emit(self.task_type, EventType.TASK_COMPLETED, result.model_dump(mode="json"))
-        return result
+        # A continued run (continue-as-new) records only its outcome: see TaskWorkflow.run_task.
+        return await self.run_task(payload)
 
     def event_data(self, payload: AgentTaskPayload) -> dict[str, Any]:
         return {"output_id": workflow.info().workflow_id}
@@ -268,29 +246,21 @@ class AgentTaskWorkflow(TaskWorkflow[AgentTaskPayload, AgentResult]):
         its outcome as the tool's result. Cancelling the agent cancels the child."""
         info = workflow.info()
         spec = REGISTRY[TaskType(child.task_type)]
-        prefix = info.task_queue.removesuffix(REGISTRY[self.task_type].task_queue.value)
-        own_name = info.workflow_id.removeprefix(prefix)
-        child_id = (
-            f"{prefix}{spec.task_type.value.lower()}-{own_name}-{len(self._state.children) + 1}"
-        )
+        own_name = info.workflow_id.removeprefix(self.task_id_for(""))
+        name = f"{spec.task_type.value.lower()}-{own_name}-{len(self._state.children) + 1}"
+        child_id = self.task_id_for(name)
         self._state.children.append(child_id)
         self.stage(f"waiting for task {child_id}")
         content: dict[str, Any] = {"task_id": child_id, "task_type": spec.task_type.value}
         ok = False
         try:
-            result = await workflow.execute_child_workflow(
-                spec.workflow_name or "",
+            result = await self.child_task(
+                spec.task_type,
                 child.payload,
-                id=child_id,
-                task_queue=prefix + spec.task_queue.value,
-                execution_timeout=spec.execution_timeout,
-                search_attributes=TypedSearchAttributes(
-                    [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
-                ),
+                dict,
+                name=name,
                 memo={"requested_by": f"agent:{info.workflow_id}"}
                 | ({OWNER_MEMO: owner} if owner else {}),
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                result_type=dict,
             )
             content |= {"status": "completed", "result": result}
             ok = True

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
-R2 = TypeVar("R2", bound=BaseModel)
+Child = TypeVar("Child")
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -108,19 +108,19 @@ class TaskWorkflow(Generic[P, R]):
     async def child_task(
         self,
         task_type: TaskType,
-        payload: BaseModel,
-        result_type: type[R2],
+        payload: Any,
+        result_type: type[Child],
         *,
         name: str,
         memo: dict[str, Any] | None = None,
-    ) -> R2:
+    ) -> Child:
         """Run another task type as a child workflow, started the way the service starts
         tasks (deployment-prefixed id `name`, TaskType attribute, the type's queue and
         timeout), so it is visible, filterable and cancellable on its own in the Web UI.
         Cancelling this task cancels the child."""
         info = workflow.info()
         spec = REGISTRY[task_type]
-        result: R2 = await workflow.execute_child_workflow(
+        result: Child = await workflow.execute_child_workflow(
             spec.workflow_name or "",
             payload,
             id=self.task_id_for(name),

@@ -46,7 +46,7 @@ def _remove_unfinished(out: Path, pid: int) -> None:
     out.with_name(f"{out.name}.tmp-{pid}").unlink(missing_ok=True)
 
 
-async def _tail(stream: asyncio.StreamReader | None, keep: int) -> bytes:
+async def tail_of(stream: asyncio.StreamReader | None, keep: int) -> bytes:
     """Read a stream to its end, keeping only its last `keep` bytes."""
     kept = b""
     if stream is None:
@@ -135,7 +135,9 @@ async def _run(request: ParserInput, remove_unfinished: Callable[[int], None]) -
     )
     timed_out = False
     try:
-        reading = asyncio.gather(_tail(proc.stdout, STDOUT_KEEP), _tail(proc.stderr, STDERR_KEEP))
+        reading = asyncio.gather(
+            tail_of(proc.stdout, STDOUT_KEEP), tail_of(proc.stderr, STDERR_KEEP)
+        )
         try:
             out, err = await asyncio.wait_for(reading, limits.wall_seconds)
         except TimeoutError:

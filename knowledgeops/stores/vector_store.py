@@ -203,10 +203,7 @@ class VectorStore:
             self._client.delete_payload(
                 collection, keys=["staged"], points=models.Filter(must=mine), wait=True
             )
-            n = self._client.count(collection, count_filter=others, exact=True).count
-            if n:
-                self._client.delete(collection, models.FilterSelector(filter=others), wait=True)
-            return int(n)
+            return self._delete_matching(collection, others)
 
         return await self._run(swap)
 
@@ -215,14 +212,7 @@ class VectorStore:
         if not await self._exists(collection):
             return 0
         flt = models.Filter(must=[*self._version_filter(document_id, version), _NOT_STAGED])
-
-        def delete() -> int:
-            n = self._client.count(collection, count_filter=flt, exact=True).count
-            if n:
-                self._client.delete(collection, models.FilterSelector(filter=flt), wait=True)
-            return int(n)
-
-        return await self._run(delete)
+        return await self._run(self._delete_matching, collection, flt)
 
     async def retrieve_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, list[float]]:
         """Point id -> vector, for the ids that exist."""
@@ -282,15 +272,16 @@ class VectorStore:
         """Delete a document's points (those at or after `from_index` if given)."""
         if not await self._exists(collection):
             return 0
-        flt = self._doc_filter(document_id, from_index)
+        return await self._run(
+            self._delete_matching, collection, self._doc_filter(document_id, from_index)
+        )
 
-        def delete() -> int:
-            n = self._client.count(collection, count_filter=flt, exact=True).count
-            if n:
-                self._client.delete(collection, models.FilterSelector(filter=flt), wait=True)
-            return int(n)
-
-        return await self._run(delete)
+    def _delete_matching(self, collection: str, flt: models.Filter) -> int:
+        """Delete the points `flt` matches (on the store's thread); how many there were."""
+        n = self._client.count(collection, count_filter=flt, exact=True).count
+        if n:
+            self._client.delete(collection, models.FilterSelector(filter=flt), wait=True)
+        return int(n)
 
     async def collections(self) -> list[str]:
         res = await self._run(self._client.get_collections)
