@@ -38,7 +38,7 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.embedding import make_embedder
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
-from knowledgeops.stores.chunk_store import publish
+from knowledgeops.stores.chunk_store import ChunkReader, publish
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
@@ -92,6 +92,25 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
     return elapsed, chunks
 
 
+async def embedder_alone(settings: Settings) -> tuple[float, int]:
+    """The embedder on its own, on the very chunk texts the direct run produced (read from its
+    chunk store), in the same batch size: the ceiling an import can approach."""
+    texts = []
+    for pointer in sorted(settings.chunks_dir.glob("*.live")):
+        reader = ChunkReader(settings.chunks_dir, pointer.name.removesuffix(".live"))
+        texts += [c.text for c in reader.read(0, reader.count)]
+        reader.close()
+    embedder = make_embedder(settings)
+    await embedder.warm_up()
+    started = time.perf_counter()
+    size = settings.embedding_batch_size
+    for i in range(0, len(texts), size):
+        await embedder.embed(texts[i : i + size])
+    elapsed = time.perf_counter() - started
+    await embedder.aclose()
+    return elapsed, len(texts)
+
+
 async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
     service = TaskQueueService(await connect(settings), settings)
     db = await Database.open(settings)
@@ -127,6 +146,7 @@ def main() -> None:
             if not args.skip_ratio:
                 d_settings = bench_settings(work / "direct", server.address, **extra)
                 d_time, d_chunks = asyncio.run(direct(d_settings, files, args.concurrency))
+                e_time, e_chunks = asyncio.run(embedder_alone(d_settings))
                 t_settings = bench_settings(work / "temporal", server.address, **extra)
                 with (
                     worker_process(t_settings, work / "worker.log") as proc,
@@ -138,6 +158,9 @@ def main() -> None:
                 print(f"direct (in-process):  {d_time:7.1f} s  {d_chunks / d_time:7.1f} chunks/s")
                 print(f"through Temporal:     {t_time:7.1f} s  {t_chunks / t_time:7.1f} chunks/s")
                 print(f"ratio Temporal/direct: {t_time / d_time:.3f}")
+                e_rate, t_rate = e_chunks / e_time, t_chunks / t_time
+                print(f"embedder alone:       {e_time:7.1f} s  {e_rate:7.1f} chunks/s")
+                print(f"import / embedder alone (chunks/s): {t_rate / e_rate:.3f}")
                 print(
                     f"worker peak RSS: {mb(peak)}; parser subprocess peak: "
                     f"{mb(mem.peak_parser)}; embedding process peak: {mb(mem.peak_embedder)}"
