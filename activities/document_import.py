@@ -80,8 +80,9 @@ class ImportActivities:
         chunks_dir = self.settings.chunks_dir
         if chunk_store.has_version(chunks_dir, req.document_id, req.version):
             # Chunked by an earlier attempt that died before reporting: same input, same chunks.
-            count = chunk_store.ChunkReader(chunks_dir, req.document_id, req.version).count
-            return ChunkResult(total_chunks=count)
+            reader = chunk_store.ChunkReader(chunks_dir, req.document_id, req.version)
+            reader.close()
+            return ChunkResult(total_chunks=reader.count)
         sections = sections_path(chunks_dir, req.document_id, req.version)
         if not sections.exists():
             raise bad_input(

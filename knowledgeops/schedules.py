@@ -60,7 +60,7 @@ def _schedule(settings: Settings, spec: TaskSpec, cron: str) -> Schedule:
             spec.workflow_name,
             spec.payload_model.model_validate(dict(spec.schedule.payload)),
             # Temporal appends each run's scheduled time, so every run has its own task id.
-            id=settings.task_id(f"{spec.task_type.value.lower()}-scheduled"),
+            id=settings.task_id(spec.task_type.task_name("scheduled")),
             task_queue=settings.queue(spec.task_queue.value),
             execution_timeout=spec.execution_timeout,
             typed_search_attributes=TypedSearchAttributes(

@@ -37,6 +37,12 @@ class TaskType(StrEnum):
     AGENT_TASK = "AGENT_TASK"
     REPORT_GENERATE = "REPORT_GENERATE"
 
+    def task_name(self, suffix: str) -> str:
+        """A task id of this type before the deployment prefix: every id this code makes
+        (other than an import's `import-<document>`) starts with its type, which is how the
+        service tells this system's tasks from any other workflow in the namespace."""
+        return f"{self.value.lower()}-{suffix}"
+
 
 class TaskQueue(StrEnum):
     # Split by resource profile so pools can scale separately (CPU-bound ingest vs. API-bound AI).

@@ -31,7 +31,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from knowledgeops.contracts.base import PROGRESS_MEMO, Checkpoint, Progress
+from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO, Checkpoint, Progress
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.settings import Settings
@@ -47,12 +47,11 @@ from starter import task_queries as tq
 from starter.task_queries import FINISHED, is_pending, status_name
 
 # Memo key: the owner a task belongs to (an owner-bound API token sees only its owner's tasks).
-OWNER_MEMO = "owner"
 
 
 # Every task id this code makes (after the deployment prefix) starts with one of these: a
 # document's import, or a type's own name (random, idempotency-key and scheduled ids alike).
-_OUR_NAMES = ("import-", *(f"{t.value.lower()}-" for t in TaskType))
+_OUR_NAMES = ("import-", *(t.task_name("") for t in TaskType))
 
 
 class TaskRef(BaseModel):
@@ -153,11 +152,9 @@ class TaskQueueService:
         if task_id is None and idempotency_key:
             # The key names the task: the same key can never start a second one.
             digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
-            task_id = f"{spec.task_type.value.lower()}-{digest}"
+            task_id = spec.task_type.task_name(digest)
             reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
-        task_id = self.settings.task_id(
-            task_id or f"{spec.task_type.value.lower()}-{uuid.uuid4().hex}"
-        )
+        task_id = self.settings.task_id(task_id or spec.task_type.task_name(uuid.uuid4().hex))
         if idempotency_key and reuse == WorkflowIDReusePolicy.ALLOW_DUPLICATE:
             existing = await self._run_with_key(task_id, idempotency_key)
             if existing is not None:

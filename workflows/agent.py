@@ -50,11 +50,10 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRef,
         ToolRequest,
     )
+    from knowledgeops.contracts.base import OWNER_MEMO
     from knowledgeops.errors import failure_text
     from knowledgeops.task_types import REGISTRY, TaskType
 
-# The memo key the service records a task's owner under (starter.service.OWNER_MEMO).
-OWNER_MEMO = "owner"
 # Messages that may wait for their turn; more are refused until a reply comes.
 MAX_WAITING_MESSAGES = 5
 # The first run writes the system prompt (0) and the instruction (1).
@@ -247,8 +246,8 @@ class AgentTaskWorkflow(TaskWorkflow[AgentTaskPayload, AgentResult]):
         info = workflow.info()
         spec = REGISTRY[TaskType(child.task_type)]
         own_name = info.workflow_id.removeprefix(self.task_id_for(""))
-        name = f"{spec.task_type.value.lower()}-{own_name}-{len(self._state.children) + 1}"
-        child_id = self.task_id_for(name)
+        suffix = f"{own_name}-{len(self._state.children) + 1}"
+        child_id = self.child_task_id(spec.task_type, suffix)
         self._state.children.append(child_id)
         self.stage(f"waiting for task {child_id}")
         content: dict[str, Any] = {"task_id": child_id, "task_type": spec.task_type.value}
@@ -258,9 +257,9 @@ class AgentTaskWorkflow(TaskWorkflow[AgentTaskPayload, AgentResult]):
                 spec.task_type,
                 child.payload,
                 dict,
-                name=name,
-                memo={"requested_by": f"agent:{info.workflow_id}"}
-                | ({OWNER_MEMO: owner} if owner else {}),
+                suffix=suffix,
+                owner=owner,
+                requested_by=f"agent:{info.workflow_id}",
             )
             content |= {"status": "completed", "result": result}
             ok = True

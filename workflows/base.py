@@ -38,7 +38,13 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from knowledgeops.contracts.base import BEGAN_MEMO, PROGRESS_MEMO, ActivityRef, Progress
+    from knowledgeops.contracts.base import (
+        BEGAN_MEMO,
+        OWNER_MEMO,
+        PROGRESS_MEMO,
+        ActivityRef,
+        Progress,
+    )
     from knowledgeops.contracts.events import (
         RECORD_TASK_EVENTS,
         RETRY_OF_MEMO,
@@ -105,31 +111,39 @@ class TaskWorkflow(Generic[P, R]):
         own = REGISTRY[self.task_type].task_queue.value
         return workflow.info().task_queue.removesuffix(own) + name
 
+    def child_task_id(self, task_type: TaskType, suffix: str) -> str:
+        """The id `child_task(task_type, ..., suffix=suffix)` starts its child under."""
+        return self.task_id_for(task_type.task_name(suffix))
+
     async def child_task(
         self,
         task_type: TaskType,
         payload: Any,
         result_type: type[Child],
         *,
-        name: str,
-        memo: dict[str, Any] | None = None,
+        suffix: str,
+        owner: str | None = None,
+        requested_by: str | None = None,
     ) -> Child:
         """Run another task type as a child workflow, started the way the service starts
-        tasks (deployment-prefixed id `name`, TaskType attribute, the type's queue and
-        timeout), so it is visible, filterable and cancellable on its own in the Web UI.
-        Cancelling this task cancels the child."""
+        tasks (id named after its type, deployment prefix, TaskType attribute, the type's
+        queue and timeout, requester and owner memo), so it is visible, filterable and
+        cancellable on its own in the Web UI. Cancelling this task cancels the child."""
         info = workflow.info()
         spec = REGISTRY[task_type]
+        memo: dict[str, Any] = {"requested_by": requested_by or f"task:{info.workflow_id}"}
+        if owner:
+            memo[OWNER_MEMO] = owner
         result: Child = await workflow.execute_child_workflow(
             spec.workflow_name or "",
             payload,
-            id=self.task_id_for(name),
+            id=self.child_task_id(task_type, suffix),
             task_queue=self.task_id_for(spec.task_queue.value),
             execution_timeout=spec.execution_timeout,
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
             ),
-            memo={"requested_by": f"task:{info.workflow_id}", **(memo or {})},
+            memo=memo,
             parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             result_type=result_type,
         )

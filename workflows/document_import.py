@@ -76,8 +76,8 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
             # Scanned pages or an image: OCR_PROCESS as a child task, visible and cancellable
             # on its own; its text is stored by file id and merged in by the chunk step.
             self.stage("ocr")
-            name = f"{TaskType.OCR_PROCESS.value.lower()}-{doc}-{version[:12]}"
-            ocr_task = self.task_id_for(name)
+            suffix = f"{doc}-{version[:12]}"
+            ocr_task = self.child_task_id(TaskType.OCR_PROCESS, suffix)
             ocr = await self.child_task(
                 TaskType.OCR_PROCESS,
                 OcrPayload(
@@ -87,8 +87,8 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
                     document_id=doc,
                 ),
                 OcrResult,
-                name=name,
-                memo={"owner": payload.metadata.owner} if payload.metadata.owner else None,
+                suffix=suffix,
+                owner=payload.metadata.owner,
             )
             ocr_pages = ocr.pages
         self.stage("chunking")

@@ -122,7 +122,7 @@ async def run_chunk(
         ) from None
 
 
-async def _run(request: ParserInput, remove_unfinished: Callable[[int], None]) -> dict[str, Any]:
+async def _run(request: ParserInput, on_killed: Callable[[int], None]) -> dict[str, Any]:
     limits, memory_mb, path = request.limits, request.memory_mb, Path(request.path)
     filename = request.filename
     name = filename or path.name
@@ -150,12 +150,12 @@ async def _run(request: ParserInput, remove_unfinished: Callable[[int], None]) -
         # The activity was cancelled or timed out: the parser must not outlive it.
         proc.kill()
         await proc.wait()
-        remove_unfinished(proc.pid)
+        on_killed(proc.pid)
         raise
     rc = proc.returncode or 0
     if rc < 0:
         # Killed (by us, a limit or a crash) before it could remove its temporary files.
-        remove_unfinished(proc.pid)
+        on_killed(proc.pid)
     if timed_out:
         raise DocumentError(
             "DocumentTooComplex",

@@ -21,6 +21,8 @@ Out = TypeVar("Out")
 PROGRESS_MEMO = "progress"
 # Set once an activity of the run has completed: until then a running task is "pending".
 BEGAN_MEMO = "began"
+# The owner of the document(s) a task works for; owner-bound API tokens see only theirs.
+OWNER_MEMO = "owner"
 
 
 @dataclass(frozen=True)

@@ -244,15 +244,12 @@ class VectorStore:
         await self._run(self._client.upsert, collection, points, wait=True)
 
     @staticmethod
-    def _doc_filter(document_id: str, from_index: int | None = None) -> models.Filter:
-        must: list[models.Condition] = [
-            models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))
-        ]
-        if from_index is not None:
-            must.append(
-                models.FieldCondition(key="chunk_index", range=models.Range(gte=from_index))
-            )
-        return models.Filter(must=must)
+    def _doc_filter(document_id: str) -> models.Filter:
+        return models.Filter(
+            must=[
+                models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))
+            ]
+        )
 
     async def count(
         self, collection: str, document_id: str | None = None, *, staged: bool = False
@@ -266,15 +263,11 @@ class VectorStore:
         res = await self._run(self._client.count, collection, count_filter=flt, exact=True)
         return int(res.count)
 
-    async def delete_document(
-        self, collection: str, document_id: str, from_index: int | None = None
-    ) -> int:
-        """Delete a document's points (those at or after `from_index` if given)."""
+    async def delete_document(self, collection: str, document_id: str) -> int:
+        """Delete every point of a document (all versions, staged or not)."""
         if not await self._exists(collection):
             return 0
-        return await self._run(
-            self._delete_matching, collection, self._doc_filter(document_id, from_index)
-        )
+        return await self._run(self._delete_matching, collection, self._doc_filter(document_id))
 
     def _delete_matching(self, collection: str, flt: models.Filter) -> int:
         """Delete the points `flt` matches (on the store's thread); how many there were."""
