@@ -173,9 +173,8 @@ class Tools:
         document_id = _str(args, "document_id", required=False)
         if document_id:
             await self._check_document(scope, document_id)
-        [vector] = await self.r.embedder.embed([query], on_wait=on_wait)
-        hits = await self.r.store.search(
-            self.r.collection, vector, k, document_id, document_ids=await self.visible(scope)
+        hits = await self.r.nearest(
+            query, k, document_id, document_ids=await self.visible(scope), on_wait=on_wait
         )
         return {
             "hits": [

@@ -190,15 +190,12 @@ class AnalysisActivities:
         async with Heartbeater():
             with model_failures():
                 query = f"{req.question}\n{req.answer}"
-                vector = (await self.r.embedder.embed([query]))[0]
-                hits = await self.r.store.search(
-                    self.r.collection, vector, ANSWER_SOURCES, document_id=req.document_id
-                )
+                hits = await self.r.nearest(query, ANSWER_SOURCES, document_id=req.document_id)
                 if not hits:
                     raise bad_input(
                         "DocumentNotIndexed",
-                        f"document {req.document_id} has no index entries for the embedding "
-                        f"model {self.r.embedder.model_id}; import it again",
+                        f"document {req.document_id} has no entries in the live index; "
+                        "import it again",
                     )
                 hits.sort(key=lambda h: h.chunk_index)
                 chunks = [

@@ -70,6 +70,7 @@ from knowledgeops.stores.backups import (
     remove_archive,
 )
 from knowledgeops.stores.file_store import write_atomically
+from knowledgeops.stores.live_index import aliased_index
 
 
 class BackupActivities:
@@ -111,6 +112,7 @@ class BackupActivities:
         store = self.resources.store
         root = self._folder(req) / INDEX_DIR
         collections = sorted(await store.collections())
+        aliased = await aliased_index(store)
         total = sum([await store.count(c) for c in collections])
         cp = resume_from(
             IndexCheckpoint(total=total),
@@ -154,8 +156,14 @@ class BackupActivities:
                         }
                     )
                     hb.update(cp.model_dump())
+                live = aliased is not None and aliased[0] == name
                 meta = CollectionMeta(
-                    name=name, dimension=dimension, distance=distance, points=cp.collection_points
+                    name=name,
+                    dimension=dimension,
+                    distance=distance,
+                    points=cp.collection_points,
+                    live=live,
+                    metadata=aliased[1] if aliased is not None and live else {},
                 )
                 await asyncio.to_thread(_finish_collection, folder, meta, cp.part)
         return IndexBackupResult(collections=len(collections), points=cp.done, bytes=cp.bytes)

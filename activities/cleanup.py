@@ -48,6 +48,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
+from knowledgeops.stores.live_index import delete_document_everywhere
 
 # An upload's temp file older than this belongs to an upload that died.
 UPLOAD_TEMP_AGE = timedelta(hours=1)
@@ -182,7 +183,8 @@ class CleanupActivities:
         ]
 
     async def _scan_points(self, needed: Needed) -> list[CleanupItem]:
-        counts = await self.resources.store.document_point_counts(self.resources.collection)
+        live = await self.resources.live_index()
+        counts = await self.resources.store.document_point_counts(live.collection)
         return [
             CleanupItem(kind=OrphanKind.POINTS, name=doc, count=n)
             for doc, n in sorted(counts.items())
@@ -299,7 +301,7 @@ class CleanupActivities:
         if item.kind == OrphanKind.POINTS:
             if item.name in needed.document_ids:
                 return False
-            await self.resources.store.delete_document(self.resources.collection, item.name)
+            await delete_document_everywhere(self.resources.store, item.name)
             return True
         if item.kind in (OrphanKind.EVENTS, OrphanKind.AUDIT):
             await self._delete_rows(item)

@@ -5,6 +5,7 @@ INDEXING_UPSERT)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from temporalio import activity
 
@@ -17,6 +18,7 @@ from knowledgeops.contracts.document_import import (
     DISCARD_VERSION,
     PARSE_DOCUMENT,
     PUBLISH_VERSION,
+    ChunkingOptions,
     ChunkRequest,
     ChunkResult,
     DiscardResult,
@@ -98,7 +100,7 @@ class ImportActivities:
                     req.document_id,
                     req.version,
                     chunks_dir,
-                    req.chunking,
+                    req.chunking or await self._live_chunking(),
                     req.format == "md",
                     self.settings.parser_memory_mb,
                     self._limits(),
@@ -111,17 +113,35 @@ class ImportActivities:
             raise bad_input(e.kind, e.message) from None
         return ChunkResult(total_chunks=total)
 
+    async def _live_chunking(self) -> ChunkingOptions:
+        """The chunking a re-index chose for the live index, else CHUNK_TOKENS / _OVERLAP."""
+        return (await self.resources.live_index()).chunking or ChunkingOptions(
+            chunk_tokens=self.settings.chunk_tokens, overlap_tokens=self.settings.chunk_overlap
+        )
+
     @activity.defn(name=PUBLISH_VERSION.name)
     async def publish_version(self, req: VersionRequest) -> PublishResult:
         """Search switches to this version's points; then its chunk files become the live ones
-        (the previous version's are removed)."""
+        (the previous version's are removed). A re-index's version: its chunk files only
+        once its collection is the live index."""
         chunks_dir = self.settings.chunks_dir
         async with Heartbeater():
-            stale = await self.resources.store.publish(
-                self.resources.collection, req.document_id, req.version
-            )
-            await asyncio.to_thread(chunk_store.publish, chunks_dir, req.document_id, req.version)
-        return PublishResult(stale_removed=stale)
+            live = (await self.resources.live_index()).collection
+            collection = req.collection or live
+            stale = await self.resources.store.publish(collection, req.document_id, req.version)
+            if not req.rebuild or collection == live:
+                await asyncio.to_thread(
+                    partial(
+                        chunk_store.publish,
+                        chunks_dir,
+                        req.document_id,
+                        req.version,
+                        previous_only=req.rebuild,
+                    )
+                )
+            # Read again after the write: a switch during it must not go unnoticed.
+            still_live = collection == (await self.resources.live_index()).collection
+        return PublishResult(stale_removed=stale, live=still_live)
 
     @activity.defn(name=DISCARD_VERSION.name)
     async def discard_version(self, req: VersionRequest) -> DiscardResult:
@@ -129,9 +149,8 @@ class ImportActivities:
         files. The live version is never touched."""
         chunks_dir = self.settings.chunks_dir
         async with Heartbeater():
-            n = await self.resources.store.discard_staged(
-                self.resources.collection, req.document_id, req.version
-            )
+            collection = req.collection or (await self.resources.live_index()).collection
+            n = await self.resources.store.discard_staged(collection, req.document_id, req.version)
             await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
             sections_path(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
         return DiscardResult(points_removed=n)

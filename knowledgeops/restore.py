@@ -30,6 +30,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import pool_dir
 from knowledgeops.stores.database import Database, migrate_to_head
+from knowledgeops.stores.live_index import index_of, remove_alias, switch_live
 from knowledgeops.stores.vector_store import QdrantLockedError, VectorStore
 
 _TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
@@ -158,6 +159,8 @@ async def _restore(
     await database_dump.restore(settings, manifest.database.kind, db_file)
     await migrate_to_head(settings.resolved_database_url)  # an older archive's schema
     points = 0
+    if not any(c.live for c in manifest.index):
+        await remove_alias(store)
     for collection in manifest.index:
         say(f"restoring {collection.points} points of {collection.name} ...")
         if force:
@@ -167,6 +170,11 @@ async def _restore(
             if batch:
                 await store.import_points(collection.name, collection.dimension, batch)
             points += len(batch)
+        if collection.live:
+            # Search answers from it again, embedding queries with its model.
+            await switch_live(
+                store, index_of(collection.name, collection.metadata), collection.dimension
+            )
     say(
         f"restoring {manifest.stored_files} stored files and {manifest.chunk_files} chunk files ..."
     )

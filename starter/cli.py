@@ -94,6 +94,21 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--force", action="store_true", help="replace existing data")
     rs.add_argument("--json", action="store_true")
 
+    ri = sub.add_parser(
+        "reindex",
+        help="rebuild every document into a new index (a new model / chunk size) and switch "
+        "search to it with no downtime (INDEXING_UPSERT with reindex)",
+    )
+    ri.add_argument("--model", help="embedding model id, e.g. openai:text-embedding-3-small")
+    ri.add_argument("--chunk-tokens", type=int, help="split every document again")
+    ri.add_argument("--concurrency", type=int, default=4, help="documents rebuilt at once")
+    ri.add_argument(
+        "--grace-seconds", type=int, default=3600, help="keep the previous index this long"
+    )
+    ri.add_argument("--reason", default="", help="recorded in the audit log")
+    ri.add_argument("--follow", action="store_true", help="show progress until it finishes")
+    ri.add_argument("--json", action="store_true")
+
     cd = sub.add_parser("cards", help="a document's review cards and their FSRS state")
     cd.add_argument("document_id")
     cd.add_argument("--limit", type=int, default=100)
@@ -165,7 +180,7 @@ async def task_service(settings: Settings) -> AsyncIterator[Any]:
 
 
 async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
-    if args.command in ("backup", "restore"):
+    if args.command in ("backup", "restore", "reindex"):
         from starter import cli_maintenance
 
         return await cli_maintenance.command(args, settings)

@@ -170,5 +170,5 @@ async def _search_here(args: argparse.Namespace, settings: Settings) -> list[Any
     from starter.search import search
 
     async with open_resources(settings, warm_up=False) as r:
-        found = await search(r.store, r.embedder, args.query, args.k, args.document_id, r.db)
+        found = await search(r.store, r, args.query, args.k, args.document_id, r.db)
         return [h.model_dump() for h in found]

@@ -1,5 +1,6 @@
-"""`knowledgeops backup` (starts BACKUP_EXECUTE like `run` does) and `knowledgeops restore
-ARCHIVE` (runs here, in this process: no worker may run meanwhile; see knowledgeops/restore.py).
+"""`knowledgeops backup` (starts BACKUP_EXECUTE like `run` does), `knowledgeops restore
+ARCHIVE` (runs here, in this process: no worker may run meanwhile; see knowledgeops/restore.py)
+and `knowledgeops reindex` (starts a re-index: starter/reindex.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,43 @@ from starter.cli import actor, follow_and_report, task_service
 async def command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "backup":
         return await _backup(args, settings)
+    if args.command == "reindex":
+        return await _reindex(args, settings)
     return await _restore(args, settings)
+
+
+async def _reindex(args: argparse.Namespace, settings: Settings) -> int:
+    from pydantic import ValidationError
+
+    from knowledgeops.contracts.indexing import IndexingUpsertPayload, ReindexOptions
+    from starter.reindex import start_reindex
+
+    try:
+        options = ReindexOptions(
+            chunk_tokens=args.chunk_tokens,
+            concurrency=args.concurrency,
+            grace_seconds=args.grace_seconds,
+        )
+        IndexingUpsertPayload(model=args.model, reindex=options)
+    except ValidationError as e:
+        print(f"error: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}", file=sys.stderr)
+        return 2
+    async with task_service(settings) as service:
+        ref = await start_reindex(
+            service, options, model=args.model, actor=actor(), reason=args.reason
+        )
+        if not args.follow:
+            print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
+            return 0
+        code = await follow_and_report(service, [("reindex", ref.task_id)], quiet=args.json)
+        if code == 0 and not args.json:
+            r = (await service.get_status(ref.task_id)).result or {}
+            print(
+                f"search now answers from {r.get('collection')}: {r.get('documents')} documents, "
+                f"{r.get('points')} points ({r.get('rebuilt_again')} rebuilt again after "
+                f"imports meanwhile); {r.get('previous')} was dropped"
+            )
+        return code
 
 
 async def _backup(args: argparse.Namespace, settings: Settings) -> int:

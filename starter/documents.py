@@ -28,6 +28,7 @@ from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.chunk_store import delete_chunks
 from knowledgeops.stores.database import Database
+from knowledgeops.stores.live_index import delete_document_everywhere, live_index
 from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter.admission import FILE_BYTES_MEMO, Admission
@@ -126,7 +127,7 @@ class DocumentService:
         # The index is needed to count and delete points; listing works without it.
         self.store = store
         self.admission = Admission(tasks.client, settings)
-        self.collection = VectorStore.collection_name(model_id_for(settings))
+        self.model_id = model_id_for(settings)
 
     def import_task_id(self, document_id: str) -> str:
         return self.settings.task_id(import_task_name(document_id))
@@ -193,11 +194,8 @@ class DocumentService:
             document_id=doc_id,
             filename=filename,
             metadata=meta,
-            chunking=chunking
-            or ChunkingOptions(
-                chunk_tokens=self.settings.chunk_tokens,
-                overlap_tokens=self.settings.chunk_overlap,
-            ),
+            # None: the live index's chunking (CHUNK_TOKENS until a re-index sets another).
+            chunking=chunking,
             embed_batch_size=embed_batch_size or self.settings.embedding_batch_size,
         )
         size = await asyncio.to_thread(self._stored_size, file_id)
@@ -294,7 +292,8 @@ class DocumentService:
     async def _points(self, row: DocumentRow) -> int:
         if self.store is None:
             return row.indexed_chunks  # the catalogue's figure when the index is not open here
-        return await self.store.count(self.collection, row.document_id)
+        live = await live_index(self.store, self.model_id)
+        return await self.store.count(live.collection, row.document_id)
 
     async def _queued_input(self, task_id: str) -> DocumentImportPayload:
         raw, _ = await self.tasks.task_input(task_id)
@@ -383,7 +382,8 @@ class DocumentService:
                 ) from None
             cancelled = True
             row = row or await self.catalogue.get(document_id)
-        removed = await self.store.delete_document(self.collection, document_id)
+        # From every index collection: a re-index running now must not bring it back.
+        removed = await delete_document_everywhere(self.store, document_id)
         await asyncio.to_thread(delete_chunks, self.settings.chunks_dir, document_id)
         file_id = row.file_id if row else (await self._queued_input(task_id)).file_id
         record = audit_row(

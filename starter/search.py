@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from knowledgeops.embedding import Embedder
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
+from knowledgeops.stores.live_index import live_index
 from knowledgeops.stores.vector_store import VectorStore
 
 
@@ -23,9 +25,20 @@ class SearchHit(BaseModel):
     text: str
 
 
+@runtime_checkable
+class EmbedderSource(Protocol):
+    """Embedders by model id (the process's Resources): search embeds the query with the
+    live index's model, whichever that is."""
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def embedder_for(self, model: str | None) -> Embedder: ...
+
+
 async def search(
     store: VectorStore,
-    embedder: Embedder,
+    embedder: Embedder | EmbedderSource,
     query: str,
     k: int = 5,
     document_id: str | None = None,
@@ -50,9 +63,17 @@ async def search(
         )
     if among is not None and not among:
         return []
-    [vector] = await embedder.embed([query])
-    collection = VectorStore.collection_name(embedder.model_id)
-    hits = await store.search(collection, vector, k, document_id, document_ids=among)
+    own = embedder.embedder if isinstance(embedder, EmbedderSource) else embedder
+    live = await live_index(store, own.model_id)
+    if isinstance(embedder, EmbedderSource):
+        own = embedder.embedder_for(live.model)
+    elif own.model_id != live.model:
+        raise ValueError(
+            f"the live index was built with {live.model}; this process embeds with "
+            f"{own.model_id}: search through the worker's API"
+        )
+    [vector] = await own.embed([query])
+    hits = await store.search(live.collection, vector, k, document_id, document_ids=among)
     docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
     out = []
     for h in hits:

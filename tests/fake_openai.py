@@ -81,6 +81,8 @@ ChatScript = Callable[[dict[str, Any]], "ChatAnswer | str | dict[str, Any] | lis
 @dataclass
 class FakeOpenAI:
     dim: int = 32
+    # Another vector size for some models (a re-index to a new model changes it).
+    dims: dict[str, int] = field(default_factory=dict)
     api_key: str = "test-key"
     models: tuple[str, ...] = ("fake-embed",)
     latency: float = 0.0
@@ -91,6 +93,7 @@ class FakeOpenAI:
     fault_rates: dict[int, float] = field(default_factory=dict)
     seed: int = 7
     inputs: list[str] = field(default_factory=list)
+    inputs_by_model: dict[str, list[str]] = field(default_factory=dict)
     requests: int = 0
     request_times: list[float] = field(default_factory=list)
     chat_models: tuple[str, ...] = ("fake-chat", "fake-vision")
@@ -112,11 +115,12 @@ class FakeOpenAI:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def vector(self, text: str) -> list[float]:
+    def vector(self, text: str, model: str = "") -> list[float]:
+        dim = self.dims.get(model, self.dim)
         raw = b"".join(
-            hashlib.sha256(f"{i}:{text}".encode()).digest() for i in range(self.dim * 4 // 32 + 1)
+            hashlib.sha256(f"{i}:{text}".encode()).digest() for i in range(dim * 4 // 32 + 1)
         )
-        ints = struct.unpack(f"<{self.dim}i", raw[: self.dim * 4])
+        ints = struct.unpack(f"<{dim}i", raw[: dim * 4])
         vec = [x / 2**31 for x in ints]
         norm = sum(v * v for v in vec) ** 0.5 or 1.0
         return [v / norm for v in vec]
@@ -200,8 +204,9 @@ class FakeOpenAI:
                     time.sleep(fake.latency)
                 with fake._lock:
                     fake.inputs.extend(inputs)
+                    fake.inputs_by_model.setdefault(body["model"], []).extend(inputs)
                 data = [
-                    {"object": "embedding", "index": i, "embedding": fake.vector(t)}
+                    {"object": "embedding", "index": i, "embedding": fake.vector(t, body["model"])}
                     for i, t in enumerate(inputs)
                 ]
                 tokens = sum(len(t.split()) for t in inputs)

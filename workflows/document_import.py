@@ -10,6 +10,7 @@ previous version, and a failed or cancelled import discards only what it wrote.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -24,16 +25,74 @@ with workflow.unsafe.imports_passed_through():
         PARSE_DOCUMENT,
         PUBLISH_VERSION,
         UPSERT_CHUNKS,
+        ChunkingOptions,
         ChunkRequest,
         DocumentImportPayload,
         DocumentImportResult,
         EmbedRequest,
         ParseRequest,
+        ParseResult,
         UpsertRequest,
         VersionRequest,
     )
     from knowledgeops.contracts.ocr import OcrPayload, OcrResult
     from knowledgeops.task_types import TaskType
+
+
+@dataclass
+class Chunked:
+    total_chunks: int
+    # Pages OCR read (merged into the chunks), and the OCR task that read them.
+    ocr_pages: list[int]
+    ocr_task_id: str | None
+
+
+async def parse_and_chunk(
+    wf: TaskWorkflow[Any, Any],
+    req: ParseRequest,
+    chunking: ChunkingOptions | None,
+    *,
+    owner: str | None,
+) -> tuple[ParseResult, Chunked]:
+    """Parse a stored file into a version's sections, OCR what has no text layer (a child
+    task), and split it into the version's chunks. Shared by imports and re-index rebuilds."""
+    doc, version = req.document_id, req.version
+    wf.stage("parsing")
+    parsed = await wf.activity(PARSE_DOCUMENT, req)
+    ocr_pages: list[int] = []
+    ocr_task: str | None = None
+    if parsed.ocr:
+        # Scanned pages or an image: OCR_PROCESS as a child task, visible and cancellable
+        # on its own; its text is stored by file id and merged in by the chunk step.
+        wf.stage("ocr")
+        suffix = f"{doc}-{version[:12]}"
+        ocr_task = wf.child_task_id(TaskType.OCR_PROCESS, suffix)
+        ocr = await wf.child_task(
+            TaskType.OCR_PROCESS,
+            OcrPayload(
+                file_id=req.file_id,
+                filename=req.filename,
+                pages=parsed.ocr_pages,
+                document_id=doc,
+            ),
+            OcrResult,
+            suffix=suffix,
+            owner=owner,
+        )
+        ocr_pages = ocr.pages
+    wf.stage("chunking")
+    chunked = await wf.activity(
+        CHUNK_DOCUMENT,
+        ChunkRequest(
+            document_id=doc,
+            version=version,
+            format=parsed.format,
+            chunking=chunking,
+            ocr_file_id=req.file_id if ocr_pages else None,
+            ocr_pages=ocr_pages,
+        ),
+    )
+    return parsed, Chunked(chunked.total_chunks, ocr_pages, ocr_task)
 
 
 @workflow.defn(name="DocumentImport")
@@ -63,68 +122,54 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
         # From the first write on, a failure or cancel removes what this import wrote (its
         # sections, chunks and staged points); the live version stays searchable.
         self.on_failure("staged_discarded", lambda: self.activity(DISCARD_VERSION, mine))
-        self.stage("parsing")
-        parsed = await self.activity(
-            PARSE_DOCUMENT,
+        parsed, chunked = await parse_and_chunk(
+            self,
             ParseRequest(
                 file_id=payload.file_id, document_id=doc, version=version, filename=payload.filename
             ),
-        )
-        ocr_pages: list[int] = []
-        ocr_task: str | None = None
-        if parsed.ocr:
-            # Scanned pages or an image: OCR_PROCESS as a child task, visible and cancellable
-            # on its own; its text is stored by file id and merged in by the chunk step.
-            self.stage("ocr")
-            suffix = f"{doc}-{version[:12]}"
-            ocr_task = self.child_task_id(TaskType.OCR_PROCESS, suffix)
-            ocr = await self.child_task(
-                TaskType.OCR_PROCESS,
-                OcrPayload(
-                    file_id=payload.file_id,
-                    filename=payload.filename,
-                    pages=parsed.ocr_pages,
-                    document_id=doc,
-                ),
-                OcrResult,
-                suffix=suffix,
-                owner=payload.metadata.owner,
-            )
-            ocr_pages = ocr.pages
-        self.stage("chunking")
-        chunked = await self.activity(
-            CHUNK_DOCUMENT,
-            ChunkRequest(
-                document_id=doc,
-                version=version,
-                format=parsed.format,
-                chunking=payload.chunking,
-                ocr_file_id=payload.file_id if ocr_pages else None,
-                ocr_pages=ocr_pages,
-            ),
+            payload.chunking,
+            owner=payload.metadata.owner,
         )
         total = chunked.total_chunks
-        self.stage("embedding", total=total, done=0)
-        embedded = await self.activity(
-            EMBED_CHUNKS,
-            EmbedRequest(document_id=doc, version=version, batch_size=payload.embed_batch_size),
-        )
-        self.stage("indexing", total=total, done=0)
-        await self.activity(
-            UPSERT_CHUNKS, UpsertRequest(document_id=doc, version=version, staged=True)
-        )
-        self.stage("publishing", total=total, done=total)
-        published = await self.activity(PUBLISH_VERSION, mine)
+        embedded_n = reused_n = 0
+        while True:
+            self.stage("embedding", total=total, done=0)
+            # The model and collection of the live index, chosen once for embed, upsert and
+            # publish (so vectors and collection always match).
+            embedded = await self.activity(
+                EMBED_CHUNKS,
+                EmbedRequest(document_id=doc, version=version, batch_size=payload.embed_batch_size),
+            )
+            embedded_n += embedded.embedded
+            reused_n += embedded.reused
+            mine = mine.model_copy(update={"collection": embedded.collection})
+            self.stage("indexing", total=total, done=0)
+            await self.activity(
+                UPSERT_CHUNKS,
+                UpsertRequest(
+                    document_id=doc,
+                    version=version,
+                    staged=True,
+                    model=embedded.model,
+                    collection=embedded.collection,
+                ),
+            )
+            self.stage("publishing", total=total, done=total)
+            published = await self.activity(PUBLISH_VERSION, mine)
+            if published.live:
+                break
+            # A re-index switched the live index meanwhile: go again into the new one (its
+            # model may differ; what it already has costs nothing).
         return DocumentImportResult(
             document_id=doc,
             format=parsed.format,
             total_chunks=total,
-            embedded=embedded.embedded,
-            reused=embedded.reused,
+            embedded=embedded_n,
+            reused=reused_n,
             stale_removed=published.stale_removed,
             pages=parsed.pages,
             title=payload.metadata.title or parsed.title,
-            ocr_pages=len(ocr_pages),
-            ocr_task_id=ocr_task,
+            ocr_pages=len(chunked.ocr_pages),
+            ocr_task_id=chunked.ocr_task_id,
             version=version,
         )

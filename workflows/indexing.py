@@ -13,6 +13,7 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.base import TaskWorkflow
+from workflows.reindex import rebuild_document, reindex
 
 with workflow.unsafe.imports_passed_through():
     from knowledgeops.contracts.document_import import (
@@ -100,9 +101,21 @@ class IndexingUpsertWorkflow(TaskWorkflow[IndexingUpsertPayload, IndexingUpsertR
         return await self.run_task(payload)
 
     def event_data(self, payload: IndexingUpsertPayload) -> dict[str, Any]:
-        return {"document_id": payload.document_id, "collection": payload.collection}
+        data: dict[str, Any] = {
+            "document_id": payload.document_id,
+            "collection": payload.collection,
+        }
+        if payload.reindex is not None:
+            data |= {"reindex": True, "model": payload.model}
+        elif payload.rebuild is not None:
+            data["collection"] = payload.rebuild.collection
+        return data
 
     async def steps(self, payload: IndexingUpsertPayload) -> IndexingUpsertResult:
+        if payload.reindex is not None:
+            return await reindex(self, payload)
+        if payload.rebuild is not None:
+            return await rebuild_document(self, payload)
         result = IndexingUpsertResult(
             documents=payload.done_before, points=0, collection=payload.collection or ""
         )

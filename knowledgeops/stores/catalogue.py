@@ -143,6 +143,29 @@ class DocumentCatalogue:
             total = int((await s.execute(select(func.count()).where(has))).scalar_one())
         return ids, total
 
+    async def changed_since(self, since: datetime, after: str, limit: int) -> list[str]:
+        """Ids of documents with a published version whose row changed at or after `since`
+        (an import of theirs began, completed or failed), in id order after `after`."""
+        q = (
+            select(DocumentRow.document_id)
+            .where(
+                DocumentRow.indexed_chunks > 0,
+                DocumentRow.updated_at >= since,
+                DocumentRow.document_id > after,
+            )
+            .order_by(DocumentRow.document_id)
+            .limit(limit)
+        )
+        async with self.db.sessions() as s:
+            return list((await s.execute(q)).scalars())
+
+    async def set_indexed_chunks(self, document_id: str, chunks: int) -> None:
+        """A re-index split the document again: its live version has `chunks` chunks."""
+        async with self.db.write() as s:
+            row = await s.get(DocumentRow, document_id)
+            if row is not None:
+                row.indexed_chunks = chunks
+
     async def list(
         self,
         *,

@@ -58,16 +58,27 @@ def has_version(chunks_dir: Path, document_id: str, version: str) -> bool:
     return _paths(chunks_dir, document_id, version)[1].exists()
 
 
-def publish(chunks_dir: Path, document_id: str, version: str) -> None:
-    """Make `version` the live one (atomic), then remove every other version's files."""
+def publish(
+    chunks_dir: Path, document_id: str, version: str, *, previous_only: bool = False
+) -> None:
+    """Make `version` the live one (atomic), then remove every other version's files (with
+    `previous_only`, only the previously live version's: a re-index must not remove the files
+    of an import of the document that is still running)."""
+    previous = live_version(chunks_dir, document_id)
     if not has_version(chunks_dir, document_id, version):
-        if live_version(chunks_dir, document_id) == version:
+        if previous == version:
             return  # published already (a retry of this step)
         raise FileNotFoundError(f"no chunks stored for {document_id} version {version}")
-    pointer = chunks_dir / f"{document_id}{LIVE_SUFFIX}"
-    tmp = pointer.with_name(f"{pointer.name}.tmp-{os.getpid()}")
-    tmp.write_text(version)
-    os.replace(tmp, pointer)
+    if previous != version:
+        pointer = chunks_dir / f"{document_id}{LIVE_SUFFIX}"
+        tmp = pointer.with_name(f"{pointer.name}.tmp-{os.getpid()}")
+        tmp.write_text(version)
+        os.replace(tmp, pointer)
+    if previous_only:
+        if previous != version:
+            for p in _paths(chunks_dir, document_id, previous):
+                p.unlink(missing_ok=True)
+        return
     keep = set(_paths(chunks_dir, document_id, version))
     for p in _version_files(chunks_dir, document_id):
         if p not in keep:

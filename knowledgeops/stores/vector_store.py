@@ -36,6 +36,10 @@ def point_id(document_id: str, chunk_index: int, version: str | None = None) -> 
     return str(uuid.uuid5(_POINT_NAMESPACE, key))
 
 
+def _of_document(document_id: str) -> models.FieldCondition:
+    return models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))
+
+
 # Search never sees staged points.
 _NOT_STAGED = models.FieldCondition(key="staged", match=models.MatchValue(value=True))
 
@@ -110,10 +114,15 @@ class VectorStore:
             await asyncio.wait([task])
             raise
 
+    async def run_client(self, fn: Callable[[QdrantClient], T]) -> T:
+        """Run `fn(client)` on the store's thread (for modules that extend the store)."""
+        return await self._run(fn, self._client)
+
     @staticmethod
-    def collection_name(model_id: str) -> str:
-        # One collection per embedding model: vectors of different models never mix.
-        return f"chunks_{slug(model_id)}"
+    def collection_name(model_id: str, tag: str = "") -> str:
+        # One collection per embedding model (and per re-index): vectors of different models
+        # never mix. Without an alias (no re-index yet), this is the live collection.
+        return f"chunks_{slug(model_id)}" + (f"_{tag}" if tag else "")
 
     async def _ensure(self, collection: str, dimension: int, *, indexed: bool = True) -> None:
         if collection in self._ready:
@@ -214,6 +223,20 @@ class VectorStore:
         flt = models.Filter(must=[*self._version_filter(document_id, version), _NOT_STAGED])
         return await self._run(self._delete_matching, collection, flt)
 
+    async def has_version(self, collection: str, document_id: str, versions: set[str]) -> bool:
+        """Whether a document has searchable points of one of `versions` in `collection`."""
+        if not await self._exists(collection):
+            return False
+        flt = models.Filter(
+            must=[
+                _of_document(document_id),
+                models.FieldCondition(key="version", match=models.MatchAny(any=sorted(versions))),
+            ],
+            must_not=[_NOT_STAGED],
+        )
+        res = await self._run(self._client.count, collection, count_filter=flt, exact=False)
+        return res.count > 0
+
     async def retrieve_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, list[float]]:
         """Point id -> vector, for the ids that exist."""
         if not ids or not await self._exists(collection):
@@ -245,11 +268,7 @@ class VectorStore:
 
     @staticmethod
     def _doc_filter(document_id: str) -> models.Filter:
-        return models.Filter(
-            must=[
-                models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))
-            ]
-        )
+        return models.Filter(must=[_of_document(document_id)])
 
     async def count(
         self, collection: str, document_id: str | None = None, *, staged: bool = False

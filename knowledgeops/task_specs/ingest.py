@@ -19,7 +19,13 @@ from knowledgeops.contracts.document_import import (
     DocumentImportResult,
 )
 from knowledgeops.contracts.indexing import (
+    ADOPT_REBUILT,
+    DROP_INDEX,
+    LIST_CHANGED_DOCUMENTS,
     LIST_INDEXED_DOCUMENTS,
+    PREPARE_REBUILD,
+    PREPARE_REINDEX,
+    SWITCH_LIVE_INDEX,
     EmbeddingGeneratePayload,
     EmbeddingGenerateResult,
     IndexingUpsertPayload,
@@ -60,6 +66,58 @@ INGEST_ACTIVITIES: Mapping[str, ActivityOptions] = {
     ),
 }
 
+# Parse and chunk: DOCUMENT_IMPORT, and a re-index that splits documents again.
+PARSE_ACTIVITIES: Mapping[str, ActivityOptions] = {
+    # Parsing runs in a subprocess and heartbeats while it waits for it.
+    PARSE_DOCUMENT.name: ActivityOptions(
+        start_to_close=timedelta(minutes=30),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=_retry(3),
+        task_queue=TaskQueue.PARSE,
+        express_queue=TaskQueue.PARSE_EXPRESS,
+    ),
+    # Splits the parsed text in the parser subprocess (so on the parsers' queue); redone
+    # from the stored sections on retry.
+    CHUNK_DOCUMENT.name: ActivityOptions(
+        start_to_close=timedelta(minutes=30),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=_retry(3),
+        task_queue=TaskQueue.PARSE,
+        express_queue=TaskQueue.PARSE_EXPRESS,
+    ),
+}
+# Publish or discard a version: DOCUMENT_IMPORT, and a re-index's rebuild of a document.
+VERSION_ACTIVITIES: Mapping[str, ActivityOptions] = {
+    # Unstage this version's points, delete the other versions'; idempotent.
+    PUBLISH_VERSION.name: ActivityOptions(
+        start_to_close=timedelta(minutes=10),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=_retry(10),
+    ),
+    DISCARD_VERSION.name: ActivityOptions(
+        start_to_close=timedelta(minutes=10),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=_retry(10),
+    ),
+}
+# The re-index's own steps: each is one short call (listing, alias switch, a page of chunk
+# files); the rebuilds are child tasks.
+_SHORT = ActivityOptions(
+    start_to_close=timedelta(minutes=10),
+    heartbeat_timeout=timedelta(seconds=60),
+    retry_policy=_retry(10),
+)
+REINDEX_ACTIVITIES: Mapping[str, ActivityOptions] = {
+    ref.name: _SHORT
+    for ref in (
+        PREPARE_REINDEX,
+        PREPARE_REBUILD,
+        LIST_CHANGED_DOCUMENTS,
+        SWITCH_LIVE_INDEX,
+        ADOPT_REBUILT,
+        DROP_INDEX,
+    )
+}
 
 SPECS: list[TaskSpec] = [
     TaskSpec(
@@ -72,35 +130,9 @@ SPECS: list[TaskSpec] = [
         workflow_class="workflows.document_import:DocumentImportWorkflow",
         result_model=DocumentImportResult,
         activities={
-            # Parsing runs in a subprocess and heartbeats while it waits for it.
-            PARSE_DOCUMENT.name: ActivityOptions(
-                start_to_close=timedelta(minutes=30),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=_retry(3),
-                task_queue=TaskQueue.PARSE,
-                express_queue=TaskQueue.PARSE_EXPRESS,
-            ),
-            # Splits the parsed text in the parser subprocess (so on the parsers' queue);
-            # redone from the stored sections on retry.
-            CHUNK_DOCUMENT.name: ActivityOptions(
-                start_to_close=timedelta(minutes=30),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=_retry(3),
-                task_queue=TaskQueue.PARSE,
-                express_queue=TaskQueue.PARSE_EXPRESS,
-            ),
+            **PARSE_ACTIVITIES,
             **INGEST_ACTIVITIES,
-            # Unstage this version's points, delete the other versions'; idempotent.
-            PUBLISH_VERSION.name: ActivityOptions(
-                start_to_close=timedelta(minutes=10),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=_retry(10),
-            ),
-            DISCARD_VERSION.name: ActivityOptions(
-                start_to_close=timedelta(minutes=10),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=_retry(10),
-            ),
+            **VERSION_ACTIVITIES,
         },
         activity_classes=(
             "activities.document_import:ImportActivities",
@@ -155,12 +187,23 @@ SPECS: list[TaskSpec] = [
         IndexingUpsertPayload,
         TaskQueue.INGEST,
         "Write stored chunks with their cached vectors into a named collection "
-        "(deterministic point ids: idempotent).",
+        "(deterministic point ids: idempotent); or re-index: rebuild every document into a "
+        "new collection (a new model, a new chunk size) and switch search to it.",
         workflow_name="IndexingUpsert",
         workflow_class="workflows.indexing:IndexingUpsertWorkflow",
         result_model=IndexingUpsertResult,
-        activities={**INGEST_ACTIVITIES, **LIST_ACTIVITIES},
-        activity_classes=INGEST_CLASSES,
+        activities={
+            **INGEST_ACTIVITIES,
+            **LIST_ACTIVITIES,
+            **PARSE_ACTIVITIES,
+            **VERSION_ACTIVITIES,
+            **REINDEX_ACTIVITIES,
+        },
+        activity_classes=(
+            *INGEST_CLASSES,
+            "activities.document_import:ImportActivities",
+            "activities.reindex:ReindexActivities",
+        ),
         progress_unit="documents",
     ),
 ]

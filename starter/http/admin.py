@@ -1,5 +1,6 @@
 """Admin API (/v1/admin): overview, task list and detail, manual retry / cancel (single and
-bulk), workers, audit log. Bearer tokens from ADMIN_TOKENS, each mapped to an operator name."""
+bulk), re-index and the live index, workers, audit log. Bearer tokens from ADMIN_TOKENS, each
+mapped to an operator name."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Query
 from pydantic import BaseModel, Field
 
+from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
+from knowledgeops.stores.live_index import index_collections
 from knowledgeops.task_types import TaskType
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
+from starter.reindex import start_reindex
 from starter.service import (
     TaskFinishedError,
     TaskNotFoundError,
@@ -190,6 +194,56 @@ async def bulk_action(rt: RuntimeDep, who: Operator, body: BulkRequest) -> BulkR
             {"filter": body.filter.model_dump(mode="json"), "done": done, "skipped": skipped},
         )
     return BulkResult(action=body.action, matched=len(page.items), done=done, skipped=skipped)
+
+
+class ReindexRequest(ReindexOptions):
+    model: str | None = Field(
+        default=None,
+        pattern=MODEL_PATTERN,
+        description="embedding model of the new index; default: the live index's",
+    )
+    reason: str = Field(default="", max_length=2000)
+
+
+@router.post("/reindex", status_code=202, response_model=ActionAccepted)
+async def reindex(rt: RuntimeDep, who: Operator, body: ReindexRequest) -> ActionAccepted:
+    """Start a re-index (one at a time: a second request joins the running one). Follow it
+    at GET /v1/tasks/{task_id}; search answers from the live index throughout."""
+    options = ReindexOptions.model_validate(body.model_dump(exclude={"model", "reason"}))
+    ref = await start_reindex(rt.service, options, model=body.model, actor=who, reason=body.reason)
+    return ActionAccepted(task_id=ref.task_id, action="reindex", run_id=ref.run_id)
+
+
+class IndexCollectionInfo(BaseModel):
+    name: str
+    points: int
+    live: bool
+
+
+class IndexInfo(BaseModel):
+    live_collection: str
+    model: str
+    chunk_tokens: int | None
+    collections: list[IndexCollectionInfo]
+
+
+@router.get("/index", response_model=IndexInfo)
+async def index_info(rt: RuntimeDep) -> IndexInfo:
+    """The live index (collection, embedding model, chunk size) and every index collection:
+    one being built by a re-index, or in its grace period, shows up here."""
+    live = await rt.resources.live_index()
+    names = await index_collections(rt.store)
+    return IndexInfo(
+        live_collection=live.collection,
+        model=live.model,
+        chunk_tokens=live.chunking.chunk_tokens if live.chunking else None,
+        collections=[
+            IndexCollectionInfo(
+                name=n, points=await rt.store.count(n, staged=True), live=n == live.collection
+            )
+            for n in names
+        ],
+    )
 
 
 @router.get("/workers", response_model=list[tq.WorkerInfo])

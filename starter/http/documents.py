@@ -183,7 +183,7 @@ async def search_documents(
     try:
         return await search(
             rt.store,
-            rt.embedder,
+            rt.resources,
             q,
             k,
             db=rt.db,

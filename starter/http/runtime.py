@@ -27,13 +27,17 @@ class Runtime:
     db: Database
     store: VectorStore
     embedder: Embedder
+    # Embedders by model (search embeds with the live index's model).
+    resources: Resources
 
     @classmethod
     def build(cls, client: Client, resources: Resources) -> Runtime:
         s, db = resources.settings, resources.db
         service = TaskQueueService(client, s, db)
         documents = DocumentService(service, db, s, resources.store)
-        return cls(s, client, service, documents, db, resources.store, resources.embedder)
+        return cls(
+            s, client, service, documents, db, resources.store, resources.embedder, resources
+        )
 
 
 def get_runtime(request: Request) -> Runtime:
