@@ -21,6 +21,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
@@ -145,6 +146,8 @@ async def run_worker(
                 api.stop()
             await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
             await asyncio.gather(*tasks, return_exceptions=True)
+            # After the workers: no parse is running any more, so no warm parser is needed.
+            PARSER_POOL.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

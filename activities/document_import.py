@@ -150,7 +150,12 @@ class ImportActivities:
         chunks_dir = self.settings.chunks_dir
         async with Heartbeater():
             collection = req.collection or (await self.resources.live_index()).collection
-            n = await self.resources.store.discard_staged(collection, req.document_id, req.version)
+            # Never published (the chunk store's live pointer is the last step of a publish):
+            # points written unstaged (a first import, a re-index's build) go too.
+            published = chunk_store.live_version(chunks_dir, req.document_id) == req.version
+            n = await self.resources.store.discard_version(
+                collection, req.document_id, req.version, staged_only=published
+            )
             await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
             sections_path(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
         return DiscardResult(points_removed=n)

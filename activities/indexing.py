@@ -25,6 +25,7 @@ from knowledgeops.contracts.indexing import (
 from knowledgeops.embedding import Embedder
 from knowledgeops.errors import EmbeddingRejectedError
 from knowledgeops.resources import Resources
+from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.sql import now
 from knowledgeops.stores.vector_store import VectorStore
@@ -90,6 +91,15 @@ class EmbedActivities:
                 collection = (
                     live.collection if model == live.model else VectorStore.collection_name(model)
                 )
+        staged = req.staged
+        if staged and (
+            collection != (await self.resources.live_index()).collection
+            or chunk_store.live_version(self.settings.chunks_dir, req.document_id) is None
+        ):
+            # Nothing of the document is searchable there yet (a first import, a re-index's
+            # build): staging would only cost a second write of every point at publish (~1.3 s
+            # per 1,000 points in local mode, measured). Discard removes them all the same.
+            staged = False
         checkpoint = resume_from(UpsertCheckpoint(total=0))
         hb = Heartbeater(checkpoint.model_dump())
         try:
@@ -98,7 +108,7 @@ class EmbedActivities:
                     self.resources.store,
                     model,
                     self.settings.chunks_dir,
-                    req.model_copy(update={"collection": collection}),
+                    req.model_copy(update={"collection": collection, "staged": staged}),
                     checkpoint,
                     lambda cp: hb.update(cp.model_dump()),
                 )

@@ -1,10 +1,9 @@
-"""Run the parser subprocess (activities.ingest.parser_process) for the parse step and the
-chunk step, and interpret its outcome."""
+"""Run the parse step and the chunk step in a warm parser process (activities/ingest/
+parser_pool.py, running activities.ingest.parser_process), and interpret its outcome."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -13,19 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.ingest.parser_process import EXIT_DOCUMENT_ERROR, ParserInput, ParserLimits
+from activities.ingest.parser_pool import POOL
+from activities.ingest.parser_process import ParserInput, ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
 from knowledgeops.stores.chunk_store import remove_unfinished
 
 log = logging.getLogger("knowledgeops.parser")
 
-# How the parser is started (a module of this project, run by this interpreter).
+# How the parser is started (a module of this project, run by this interpreter). Read when a
+# process is started, so a test can swap it.
 PARSER_COMMAND = [sys.executable, "-m", "activities.ingest.parser_process"]
-# What is kept of the parser's output: its answer is one short JSON line; stderr is only for
-# the log, and a hostile file must not make the worker buffer gigabytes of it.
-STDOUT_KEEP = 1024 * 1024
-STDERR_KEEP = 8 * 1024
 # The project root, so the child finds its modules with no inherited environment.
 _ROOT = str(Path(__file__).resolve().parents[2])
 # The only variables a parser child gets: no secret (API keys, database URL, tokens) of the
@@ -124,59 +121,30 @@ async def run_chunk(
 
 async def _run(request: ParserInput, on_killed: Callable[[int], None]) -> dict[str, Any]:
     limits, memory_mb, path = request.limits, request.memory_mb, Path(request.path)
-    filename = request.filename
-    name = filename or path.name
-    proc = await asyncio.create_subprocess_exec(
-        *PARSER_COMMAND,
-        request.model_dump_json(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=parser_env(),
-    )
-    timed_out = False
-    try:
-        reading = asyncio.gather(
-            tail_of(proc.stdout, STDOUT_KEEP), tail_of(proc.stderr, STDERR_KEEP)
-        )
-        try:
-            out, err = await asyncio.wait_for(reading, limits.wall_seconds)
-        except TimeoutError:
-            timed_out = True
-            out, err = b"", b""
-        if timed_out:
-            proc.kill()
-        await proc.wait()
-    except asyncio.CancelledError:
-        # The activity was cancelled or timed out: the parser must not outlive it.
-        proc.kill()
-        await proc.wait()
-        on_killed(proc.pid)
-        raise
-    rc = proc.returncode or 0
-    if rc < 0:
-        # Killed (by us, a limit or a crash) before it could remove its temporary files.
-        on_killed(proc.pid)
-    if timed_out:
+    name = request.filename or path.name
+    outcome = await POOL.run(request, PARSER_COMMAND, parser_env(), on_killed)
+    if outcome.timed_out:
         raise DocumentError(
             "DocumentTooComplex",
             f"{name} took longer than {limits.wall_seconds} s to parse (PARSER_WALL_SECONDS); "
             "split it or convert it to a simpler format",
         )
-    last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
-    if rc == 0 or rc == EXIT_DOCUMENT_ERROR:
+    if outcome.line:
         try:
-            msg = json.loads(last[0])
+            msg = outcome.answer or {}
             if "ok" in msg:
                 return dict(msg["ok"])
             kind, message = str(msg["error"]["kind"]), str(msg["error"]["message"])
-        except (ValueError, KeyError, TypeError):  # ValidationError is a ValueError
-            log.error("parser answer unreadable for %s (%s): %r", name, path, last[0][:2000])
+        except (ValueError, KeyError, TypeError):
+            log.error("parser answer unreadable for %s (%s): %r", name, path, outcome.line[:2000])
             raise ParserFailedError(
                 f"the parser gave no readable answer for {name}; the worker log has the "
                 "details; the import is retried"
             ) from None
         raise DocumentError(kind, message)
-    tail = err.decode(errors="replace").strip()
+    # No answer: the process ended during the job.
+    rc = outcome.returncode or 0
+    tail = outcome.stderr.decode(errors="replace").strip()
     if rc == -signal.SIGXCPU:
         raise DocumentError(
             "DocumentTooComplex",

@@ -1,27 +1,32 @@
-"""Parser subprocess: `python -m activities.ingest.parser_process REQUEST_JSON`.
+"""Warm parser process: `python -m activities.ingest.parser_process --serve --memory-mb N`.
 
 Everything that reads untrusted content runs here, not in the worker: the parse step (a file
 into text sections: activities/ingest/sections.py) and the chunk step (sections into chunks:
 a hostile text can make splitting slow too). A file that crashes the PDF engine or eats
 memory or CPU kills this process (capped by RLIMIT_AS / RLIMIT_CPU), and the worker reports
-a clean error. Prints one JSON line: {"ok": result} or {"error": {"kind", "message"}}.
+a clean error (activities/ingest/parse_runner.py).
+
+The process is started once and serves one job after another (activities/ingest/
+parser_pool.py keeps a few warm, so a small document does not pay for a process start): it
+reads one request per line (ParserInput JSON) on stdin and answers each with one JSON line,
+{"ok": result} or {"error": {"kind", "message"}}. It exits when stdin closes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import resource
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel
 
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.process_guard import die_with_parent
-
-EXIT_DOCUMENT_ERROR = 3
 
 
 class ParserLimits(BaseModel):
@@ -40,6 +45,7 @@ class ParserInput(BaseModel):
     document_id: str
     # parse: the sections file to write; chunk: the chunk store's folder.
     out: str
+    # The address-space cap of the process that runs it (set once, when the process starts).
     memory_mb: int
     limits: ParserLimits = ParserLimits()
     # The chunk step's parameters.
@@ -53,17 +59,22 @@ class ParserInput(BaseModel):
     ocr_pages: list[int] = []
 
 
-def main() -> int:
-    die_with_parent()
-    request = ParserInput.model_validate_json(sys.argv[1])
-    # Batch work yields the CPU to the API and Temporal on the same machine.
-    os.nice(10)
-    limit = request.memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    # SIGXCPU at the soft limit (the runner reports it), SIGKILL at the hard one.
-    cpu = request.limits.cpu_seconds
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+def limit_cpu(seconds: int) -> None:
+    """Let the next job use `seconds` of CPU. RLIMIT_CPU counts the whole life of the
+    process, so the soft limit is moved to what was used so far plus the job's allowance;
+    SIGXCPU (which kills) fires there. The hard limit stays where it is: an unprivileged
+    process could never raise it again for the next job."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime) + seconds
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
+
+def handle(request: ParserInput) -> dict[str, Any]:
+    """One job's answer. Any other exception ends the process (a traceback on stderr, a
+    non-zero exit), which the worker reports as an unexpected parser failure."""
     from activities.ingest.chunking import chunk_sections
     from activities.ingest.sections import extract_sections
     from knowledgeops.errors import DocumentError
@@ -93,23 +104,52 @@ def main() -> int:
             )
             result = {"total_chunks": total}
     except DocumentError as e:
-        print(json.dumps({"error": {"kind": e.kind, "message": e.message}}))
-        return EXIT_DOCUMENT_ERROR
+        return {"error": {"kind": e.kind, "message": e.message}}
     except MemoryError:
-        print(
-            json.dumps(
-                {
-                    "error": {
-                        "kind": "DocumentTooComplex",
-                        "message": f"{request.filename} needs more than the parser's memory limit "
-                        f"of {request.memory_mb} MB (PARSER_MEMORY_MB)",
-                    }
-                }
-            )
-        )
-        return EXIT_DOCUMENT_ERROR
-    print(json.dumps({"ok": result}))
+        return {
+            "error": {
+                "kind": "DocumentTooComplex",
+                "message": f"{request.filename} needs more than the parser's memory limit "
+                f"of {request.memory_mb} MB (PARSER_MEMORY_MB)",
+            }
+        }
+    return {"ok": result}
+
+
+def _private_answers() -> TextIO:
+    """The answer channel: the real stdout, moved to a descriptor of its own. fd 1 then
+    points at stderr, so whatever a parsing library prints lands in the log instead of
+    corrupting an answer."""
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    return answers
+
+
+def serve(memory_mb: int) -> int:
+    die_with_parent()
+    answers = _private_answers()
+    # Batch work yields the CPU to the API and Temporal on the same machine.
+    os.nice(10)
+    # Set once, before anything is imported: the cap covers the parsers' own memory too.
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # Imported before the first job: that is what the warm process saves each document.
+    from activities.ingest import chunking, sections  # noqa: F401
+
+    while line := sys.stdin.buffer.readline():
+        request = ParserInput.model_validate_json(line)
+        limit_cpu(request.limits.cpu_seconds)
+        answers.write(json.dumps(handle(request)) + "\n")
+        answers.flush()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="parser_process", description=__doc__)
+    parser.add_argument("--serve", action="store_true", required=True)
+    parser.add_argument("--memory-mb", type=int, required=True, help="address-space cap")
+    args = parser.parse_args(argv)
+    return serve(args.memory_mb)
 
 
 if __name__ == "__main__":

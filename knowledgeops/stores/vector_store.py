@@ -216,11 +216,16 @@ class VectorStore:
 
         return await self._run(swap)
 
-    async def discard_staged(self, collection: str, document_id: str, version: str) -> int:
-        """Delete a version's staged points (never live ones)."""
+    async def discard_version(
+        self, collection: str, document_id: str, version: str, *, staged_only: bool = True
+    ) -> int:
+        """Delete a version's staged points (with `staged_only`), or all its points (a version
+        that was never published: written unstaged because nothing older was searchable)."""
         if not await self._exists(collection):
             return 0
-        flt = models.Filter(must=[*self._version_filter(document_id, version), _NOT_STAGED])
+        flt = models.Filter(must=self._version_filter(document_id, version))
+        if staged_only:
+            flt.must = [*self._version_filter(document_id, version), _NOT_STAGED]
         return await self._run(self._delete_matching, collection, flt)
 
     async def has_version(self, collection: str, document_id: str, versions: set[str]) -> bool:
