@@ -11,7 +11,6 @@ from temporalio import activity
 
 from activities.ingest.parse_runner import run_chunk, run_parse
 from activities.ingest.parser_process import ParserLimits
-from activities.ingest.sections import sections_path
 from activities.support import Heartbeater, bad_input
 from knowledgeops.contracts.document_import import (
     CHUNK_DOCUMENT,
@@ -30,6 +29,7 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.errors import DocumentError
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store, file_store
+from knowledgeops.stores.chunk_store import sections_file
 
 
 class ImportActivities:
@@ -70,7 +70,7 @@ class ImportActivities:
                     path,
                     req.filename or path.name,
                     req.document_id,
-                    sections_path(self.settings.chunks_dir, req.document_id, req.version),
+                    sections_file(self.settings.chunks_dir, req.document_id, req.version),
                     self.settings.parser_memory_mb,
                     self._limits(),
                 )
@@ -85,7 +85,7 @@ class ImportActivities:
             reader = chunk_store.ChunkReader(chunks_dir, req.document_id, req.version)
             reader.close()
             return ChunkResult(total_chunks=reader.count)
-        sections = sections_path(chunks_dir, req.document_id, req.version)
+        sections = sections_file(chunks_dir, req.document_id, req.version)
         if not sections.exists():
             raise bad_input(
                 "SectionsMissing",
@@ -128,7 +128,12 @@ class ImportActivities:
         async with Heartbeater():
             live = (await self.resources.live_index()).collection
             collection = req.collection or live
-            stale = await self.resources.store.publish(collection, req.document_id, req.version)
+            doc = req.document_id
+            # The only version the document ever had: no other can have points to delete.
+            first = not req.rebuild and chunk_store.only_version(chunks_dir, doc, req.version)
+            stale = await self.resources.store.publish(
+                collection, doc, req.version, staged=req.staged, others=not first
+            )
             if not req.rebuild or collection == live:
                 await asyncio.to_thread(
                     partial(
@@ -157,5 +162,5 @@ class ImportActivities:
                 collection, req.document_id, req.version, staged_only=published
             )
             await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
-            sections_path(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
+            sections_file(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
         return DiscardResult(points_removed=n)

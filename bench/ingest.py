@@ -17,7 +17,6 @@ from pathlib import Path
 
 from activities.ingest.indexing import embed_chunks, upsert_chunks
 from activities.ingest.parse_runner import run_chunk, run_parse
-from activities.ingest.sections import sections_path
 from bench.common import (
     MemorySampler,
     bench_settings,
@@ -38,7 +37,7 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.embedding import make_embedder
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
-from knowledgeops.stores.chunk_store import ChunkReader, publish
+from knowledgeops.stores.chunk_store import ChunkReader, publish, sections_file
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
@@ -61,7 +60,7 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
         async with sem:
             file_id = file_store.store_path(settings.files_dir, path, settings.max_file_bytes)
             doc, version = derive_document_id(file_id), "v1"
-            sections = sections_path(chunks_dir, doc, version)
+            sections = sections_file(chunks_dir, doc, version)
             parsed = await run_parse(
                 settings.files_dir / file_id, path.name, doc, sections, settings.parser_memory_mb
             )

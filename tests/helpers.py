@@ -8,9 +8,8 @@ from pathlib import Path
 
 from activities.ingest.parse_runner import run_chunk, run_parse
 from activities.ingest.parser_process import ParserLimits
-from activities.ingest.sections import sections_path
 from knowledgeops.contracts.document_import import ChunkingOptions
-from knowledgeops.stores.chunk_store import publish
+from knowledgeops.stores.chunk_store import publish, sections_file
 
 
 def numbered_paragraphs(n: int, words: int = 40) -> str:
@@ -81,7 +80,7 @@ async def parse_into_chunks(
 ) -> Parsed:
     """The import's parse and chunk steps, in process (no Temporal), published as the live
     version of document "doc1", so `ChunkReader(chunks_dir, "doc1")` reads the result."""
-    sections = sections_path(chunks_dir, "doc1", "v1")
+    sections = sections_file(chunks_dir, "doc1", "v1")
     parsed = await run_parse(path, filename, "doc1", sections, memory_mb, limits)
     total = await run_chunk(
         sections, filename, "doc1", "v1", chunks_dir, options, parsed.format == "md",

@@ -114,7 +114,7 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
             assert (await top_hit(api, old_text))["score"] > 0.99
 
             # Slow the model down so an import and many searches overlap the re-index.
-            fake.latency = 0.3
+            fake.latency = 0.5
             r = await api.http.post(
                 "/v1/admin/reindex",
                 headers=api.admin,
@@ -149,7 +149,7 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
                 await asyncio.sleep(0.05)
             assert status["status"] == "completed", status
             switched = exact.index(False)
-            assert switched > 5 and not any(exact[switched:]), [(a, b) for a, b, _ in seen]
+            assert switched >= 3 and not any(exact[switched:]), [(a, b) for a, b, _ in seen]
             result = status["result"]
             assert result["previous"] == before["live_collection"]
             assert result["documents"] >= len(TOPICS) and result["failed"] == []

@@ -144,7 +144,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
             reused_n += embedded.reused
             mine = mine.model_copy(update={"collection": embedded.collection})
             self.stage("indexing", total=total, done=0)
-            await self.activity(
+            written = await self.activity(
                 UPSERT_CHUNKS,
                 UpsertRequest(
                     document_id=doc,
@@ -155,7 +155,9 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
                 ),
             )
             self.stage("publishing", total=total, done=total)
-            published = await self.activity(PUBLISH_VERSION, mine)
+            published = await self.activity(
+                PUBLISH_VERSION, mine.model_copy(update={"staged": written.staged})
+            )
             if published.live:
                 break
             # A re-index switched the live index meanwhile: go again into the new one (its

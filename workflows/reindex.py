@@ -105,7 +105,7 @@ async def rebuild_document(
             staged=True,
         ),
     )
-    await wf.activity(PUBLISH_VERSION, mine)
+    await wf.activity(PUBLISH_VERSION, mine.model_copy(update={"staged": written.staged}))
     return IndexingUpsertResult(documents=1, points=written.total, collection=target.collection)
 
 

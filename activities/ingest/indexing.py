@@ -106,4 +106,4 @@ async def upsert_chunks(
         cp = UpsertCheckpoint(done=batch[-1].index + 1, total=reader.count)
         on_batch(cp)
     reader.close()
-    return UpsertResult(total=reader.count, collection=collection)
+    return UpsertResult(total=reader.count, collection=collection, staged=req.staged)

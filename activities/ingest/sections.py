@@ -19,12 +19,7 @@ from knowledgeops.contracts.document_import import ParseResult
 from knowledgeops.contracts.ocr import IMAGE_FORMATS, MAX_LISTED_PAGES
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
-from knowledgeops.stores.chunk_store import VERSION_SEPARATOR
 from knowledgeops.stores.ocr_results import OcrResults
-
-
-def sections_path(chunks_dir: Path, document_id: str, version: str) -> Path:
-    return chunks_dir / f"{document_id}{VERSION_SEPARATOR}{version}.sections.jsonl"
 
 
 def read_sections(path: Path) -> Iterator[Section]:

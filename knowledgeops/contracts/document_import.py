@@ -122,6 +122,8 @@ class UpsertCheckpoint(Checkpoint):
 class UpsertResult(BaseModel):
     total: int
     collection: str
+    # Whether the points were written staged (not when nothing older was searchable there).
+    staged: bool = True
 
 
 class VersionRequest(BaseModel):
@@ -132,6 +134,8 @@ class VersionRequest(BaseModel):
     # A re-index's version: its chunk files become the live ones only once its collection is
     # the live index (until then, readers of chunk files keep the live version's).
     rebuild: bool = False
+    # What the upsert step wrote: staged or not (publish skips unstaging if not).
+    staged: bool = True
 
 
 class PublishResult(BaseModel):

@@ -196,23 +196,35 @@ class VectorStore:
             models.FieldCondition(key="version", match=models.MatchValue(value=version)),
         ]
 
-    async def publish(self, collection: str, document_id: str, version: str) -> int:
+    async def publish(
+        self,
+        collection: str,
+        document_id: str,
+        version: str,
+        *,
+        staged: bool = True,
+        others: bool = True,
+    ) -> int:
         """Make a version's staged points live, then delete every other version's points.
-        Idempotent (a retry finds nothing staged and nothing else). Returns points deleted."""
+        Idempotent (a retry finds nothing staged and nothing else). Returns points deleted.
+        Each step is a filtered scan of the whole collection in local mode, so a caller that
+        knows there is nothing to do skips it: `staged=False` (nothing was written staged),
+        `others=False` (a first version: no other exists)."""
         if not await self._exists(collection):
             return 0
         mine = self._version_filter(document_id, version)
-        others = models.Filter(
+        other_versions = models.Filter(
             must=[mine[0]],
             must_not=[models.FieldCondition(key="version", match=models.MatchValue(value=version))],
         )
 
         def swap() -> int:
             # Unstage first: for a moment both versions answer, rather than neither.
-            self._client.delete_payload(
-                collection, keys=["staged"], points=models.Filter(must=mine), wait=True
-            )
-            return self._delete_matching(collection, others)
+            if staged:
+                self._client.delete_payload(
+                    collection, keys=["staged"], points=models.Filter(must=mine), wait=True
+                )
+            return self._delete_matching(collection, other_versions) if others else 0
 
         return await self._run(swap)
 
