@@ -130,7 +130,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=20)
     ap.add_argument("--paragraphs", type=int, default=400, help="per doc (~200 chunks)")
-    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument(
+        "--concurrency", type=int, default=32, help="as WORKER_MAX_ACTIVITIES (its default)"
+    )
     ap.add_argument("--big", action="store_true", help="also 50 MB text + 500-page PDF")
     ap.add_argument("--big-mb", type=int, default=50)
     ap.add_argument("--big-pages", type=int, default=500)

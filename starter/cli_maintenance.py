@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import TaskType
@@ -41,18 +43,34 @@ async def _reindex(args: argparse.Namespace, settings: Settings) -> int:
         ref = await start_reindex(
             service, options, model=args.model, actor=actor(), reason=args.reason
         )
-        if not args.follow:
-            print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
-            return 0
-        code = await follow_and_report(service, [("reindex", ref.task_id)], quiet=args.json)
-        if code == 0 and not args.json:
-            r = (await service.get_status(ref.task_id)).result or {}
-            print(
+        return await _report(
+            service,
+            args,
+            "reindex",
+            ref,
+            lambda r: (
                 f"search now answers from {r.get('collection')}: {r.get('documents')} documents, "
                 f"{r.get('points')} points ({r.get('rebuilt_again')} rebuilt again after "
                 f"imports meanwhile); {r.get('previous')} was dropped"
-            )
-        return code
+            ),
+        )
+
+
+async def _report(
+    service: Any,
+    args: argparse.Namespace,
+    label: str,
+    ref: Any,
+    summary: Callable[[dict[str, Any]], str],
+) -> int:
+    """Print the task id, or (--follow) progress until it ends and then `summary(result)`."""
+    if not args.follow:
+        print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
+        return 0
+    code = await follow_and_report(service, [(label, ref.task_id)], quiet=args.json)
+    if code == 0 and not args.json:
+        print(summary((await service.get_status(ref.task_id)).result or {}))
+    return code
 
 
 async def _backup(args: argparse.Namespace, settings: Settings) -> int:
@@ -60,20 +78,19 @@ async def _backup(args: argparse.Namespace, settings: Settings) -> int:
         ref = await service.enqueue(
             TaskType.BACKUP_EXECUTE, {"label": args.label}, requested_by=actor()
         )
-        if not args.follow:
-            print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
-            return 0
-        code = await follow_and_report(service, [("backup", ref.task_id)], quiet=args.json)
-        if code == 0 and not args.json:
-            r = (await service.get_status(ref.task_id)).result or {}
-            print(
+        return await _report(
+            service,
+            args,
+            "backup",
+            ref,
+            lambda r: (
                 f"archive {r.get('archive')} ({r.get('path')}): database {r.get('database_kind')}, "
                 f"{r.get('index_points')} index points, {r.get('stored_files')} stored files and "
                 f"{r.get('chunk_files')} chunk files ({r.get('files_copied')} copied, "
                 f"{r.get('files_present')} already in the pool), "
                 f"{len(r.get('archives_removed') or [])} old archives removed"
-            )
-        return code
+            ),
+        )
 
 
 async def _restore(args: argparse.Namespace, settings: Settings) -> int:

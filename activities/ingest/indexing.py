@@ -12,6 +12,7 @@ points and points stay small (the embedded index keeps every point in the worker
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from knowledgeops.contracts.document_import import (
     UpsertResult,
 )
 from knowledgeops.embedding import Embedder, OnWait
-from knowledgeops.stores.chunk_store import ChunkReader
+from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.embedding_cache import EmbeddingCache
 from knowledgeops.stores.vector_store import VectorStore
 
@@ -51,25 +52,61 @@ async def embed_chunks(
     start, stop = _range(reader, req.start, req.end)
     cache = EmbeddingCache(store, embedder.model_id)
     cp = checkpoint if checkpoint.done >= start else EmbedCheckpoint(done=start, total=stop)
-    for batch in reader.iter_batches(cp.done, req.batch_size):
-        batch = [c for c in batch if c.index < stop]
-        if not batch:
-            break
-        texts = {c.content_hash: c.text for c in batch}
-        found = await cache.get(list(texts))
-        missing = [h for h in texts if h not in found]
-        if missing:
-            vectors = await embedder.embed([texts[h] for h in missing], on_wait)
-            await cache.put(missing, vectors)
-        # A text repeated within the batch is billed once; its other chunks count as reused.
-        cp = EmbedCheckpoint(
-            done=batch[-1].index + 1,
-            total=stop,
-            embedded=cp.embedded + len(missing),
-            reused=cp.reused + len(batch) - len(missing),
-        )
-        on_batch(cp)
-    reader.close()
+    # A batch's cache write overlaps the next batch's embedding (in local mode a write commits
+    # point by point, ~1.3 ms each, measured): the next batch is looked up in the cache before
+    # the write is queued on the store's one thread, the checkpoint moves past a batch only
+    # once its write has landed, and what this run embedded is remembered, so a text repeated
+    # in a batch looked up before the write landed is not paid again.
+    writing: tuple[asyncio.Task[None], EmbedCheckpoint] | None = None
+    embedded_here: set[str] = set()
+
+    async def landed() -> None:
+        nonlocal writing
+        if writing is not None:
+            task, done = writing
+            writing = None
+            await task
+            on_batch(done)
+
+    async def cached(batch: list[Chunk]) -> set[str]:
+        return set(await cache.get([c.content_hash for c in batch]))
+
+    batches = (
+        [c for c in batch if c.index < stop]
+        for batch in reader.iter_batches(cp.done, req.batch_size)
+    )
+    try:
+        batch = next(batches, [])
+        found = await cached(batch) if batch else set()
+        while batch:
+            texts = {c.content_hash: c.text for c in batch}
+            missing = [h for h in texts if h not in found and h not in embedded_here]
+            # A text repeated within the batch is billed once; its other chunks count as reused.
+            cp = EmbedCheckpoint(
+                done=batch[-1].index + 1,
+                total=stop,
+                embedded=cp.embedded + len(missing),
+                reused=cp.reused + len(batch) - len(missing),
+            )
+            vectors = await embedder.embed([texts[h] for h in missing], on_wait) if missing else []
+            batch = next(batches, [])
+            found = await cached(batch) if batch else set()
+            await landed()
+            if not missing:
+                on_batch(cp)
+                continue
+            writing = (asyncio.ensure_future(cache.put(missing, vectors)), cp)
+            embedded_here.update(missing)
+        await landed()
+    finally:
+        if writing is not None:
+            # Failed or cancelled meanwhile: the write in flight lands before cleanup runs, and
+            # if it landed, the checkpoint a retry resumes from (and its counts) includes it.
+            task, done = writing
+            await asyncio.wait([task])
+            if not task.cancelled() and task.exception() is None:
+                on_batch(done)
+        reader.close()
     return EmbedResult(
         total=stop - start, embedded=cp.embedded, reused=cp.reused, model=embedder.model_id
     )
