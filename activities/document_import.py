@@ -130,7 +130,9 @@ class ImportActivities:
             collection = req.collection or live
             doc = req.document_id
             # The only version the document ever had: no other can have points to delete.
-            first = not req.rebuild and chunk_store.only_version(chunks_dir, doc, req.version)
+            first = req.only_version or (
+                not req.rebuild and chunk_store.only_version(chunks_dir, doc, req.version)
+            )
             stale = await self.resources.store.publish(
                 collection, doc, req.version, staged=req.staged, others=not first
             )

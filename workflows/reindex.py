@@ -77,7 +77,11 @@ async def rebuild_document(
     assert target is not None and doc is not None  # checked by the payload's validator
     prep = await wf.activity(PREPARE_REBUILD, PrepareRebuildRequest(document_id=doc, target=target))
     mine = VersionRequest(
-        document_id=doc, version=prep.version, collection=target.collection, rebuild=True
+        document_id=doc,
+        version=prep.version,
+        collection=target.collection,
+        rebuild=True,
+        only_version=target.first,
     )
     wf.on_failure("staged_discarded", lambda: wf.activity(DISCARD_VERSION, mine))
     if prep.rechunk:
@@ -224,7 +228,9 @@ class _Reindex:
         """Rebuild `ids` as child tasks, `concurrency` at a time; failures are collected."""
         self.round += 1
         slots = asyncio.Semaphore(self.options.concurrency)
-        target = RebuildTarget(collection=state.collection, tag=state.tag, chunking=self.chunking)
+        target = RebuildTarget(
+            collection=state.collection, tag=state.tag, chunking=self.chunking, first=not again
+        )
 
         async def one(doc: str) -> None:
             async with slots:

@@ -136,6 +136,9 @@ class VersionRequest(BaseModel):
     rebuild: bool = False
     # What the upsert step wrote: staged or not (publish skips unstaging if not).
     staged: bool = True
+    # The caller knows the collection holds no other version of the document (a re-index's
+    # build round): publish does not look for one.
+    only_version: bool = False
 
 
 class PublishResult(BaseModel):

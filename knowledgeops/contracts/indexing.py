@@ -77,6 +77,8 @@ class RebuildTarget(BaseModel):
     # Names the rebuilt version of a re-chunked document (`rebuilt_version`).
     tag: str = Field(pattern=r"^[a-z0-9]{1,32}$")
     chunking: ChunkingOptions | None = None
+    # The build round (not a catch-up): the collection has nothing of the document yet.
+    first: bool = False
 
 
 class ReindexState(BaseModel):
