@@ -260,7 +260,11 @@ async def running_api(
     from starter.processes import serve_api_only
     from worker import run_worker
 
-    settings = settings.model_copy(update={"admin_tokens": admin_tokens, "api_tokens": api_tokens})
+    # A port picked now, not when the settings were made: an outgoing connection of the test
+    # meanwhile can take a port picked earlier (seen once: "address already in use").
+    settings = settings.model_copy(
+        update={"admin_tokens": admin_tokens, "api_tokens": api_tokens, "api_port": free_port()}
+    )
     stop = asyncio.Event()
     node = asyncio.create_task(
         run_worker(settings, stop, serve_api=True) if workers else serve_api_only(settings, stop)

@@ -125,9 +125,8 @@ async def test_only_this_systems_tasks_are_reachable(settings: Settings) -> None
 
 
 async def test_browser_cannot_rebind_or_change_state_cross_site(settings: Settings) -> None:
-    port = settings.api_port
     async with running_api(settings, workers=False, api_tokens="") as api:
-        http = api.http
+        http, port = api.http, api.settings.api_port
         # DNS rebinding: the page's own host name reaches 127.0.0.1; refused on every route.
         for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1.evil.example:{port}"):
             r = await http.get("/v1/documents", headers={"Host": host})

@@ -97,12 +97,15 @@ def _version_files(chunks_dir: Path, document_id: str) -> list[Path]:
     # A plain scan with a prefix test: pathlib's glob cost ~10x more per publish at thousands
     # of documents (12% of the worker's CPU at 1,200 small documents, measured).
     prefix = f"{document_id}{VERSION_SEPARATOR}"
-    with os.scandir(chunks_dir) as entries:
-        versioned = [
-            Path(e.path)
-            for e in entries
-            if e.name.startswith(prefix) and e.name.endswith((".jsonl", ".idx"))
-        ]
+    try:
+        with os.scandir(chunks_dir) as entries:
+            versioned = [
+                Path(e.path)
+                for e in entries
+                if e.name.startswith(prefix) and e.name.endswith((".jsonl", ".idx"))
+            ]
+    except FileNotFoundError:
+        return legacy  # nothing was ever chunked here
     return legacy + versioned
 
 
