@@ -29,6 +29,7 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.errors import DocumentError
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store, file_store
+from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import sections_file
 
 
@@ -38,6 +39,7 @@ class ImportActivities:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.settings = resources.settings
+        self.catalogue = DocumentCatalogue(resources.db)
 
     def _limits(self) -> ParserLimits:
         return ParserLimits(
@@ -129,9 +131,20 @@ class ImportActivities:
             live = (await self.resources.live_index()).collection
             collection = req.collection or live
             doc = req.document_id
+            if req.rebuild and not await self._still_the_source(req):
+                # Changed or deleted while it was rebuilt: this rebuild is stale (a concurrent
+                # import publishes its own version; a delete must not be undone).
+                await self.resources.store.discard_version(
+                    collection, doc, req.version, staged_only=False
+                )
+                if req.version != req.source:
+                    await asyncio.to_thread(chunk_store.discard, chunks_dir, doc, req.version)
+                return PublishResult(stale_removed=0, live=True)
             # The only version the document ever had: no other can have points to delete.
             first = req.only_version or (
-                not req.rebuild and chunk_store.only_version(chunks_dir, doc, req.version)
+                not req.rebuild
+                and not req.again
+                and chunk_store.only_version(chunks_dir, doc, req.version)
             )
             stale = await self.resources.store.publish(
                 collection, doc, req.version, staged=req.staged, others=not first
@@ -150,18 +163,30 @@ class ImportActivities:
             still_live = collection == (await self.resources.live_index()).collection
         return PublishResult(stale_removed=stale, live=still_live)
 
+    async def _still_the_source(self, req: VersionRequest) -> bool:
+        chunks_dir = self.settings.chunks_dir
+        live = await asyncio.to_thread(chunk_store.live_version, chunks_dir, req.document_id)
+        return (live or "") == (req.source or "") and await self.catalogue.get(
+            req.document_id
+        ) is not None
+
     @activity.defn(name=DISCARD_VERSION.name)
     async def discard_version(self, req: VersionRequest) -> DiscardResult:
         """What a failed or cancelled import wrote: its staged points, chunk and section
         files. The live version is never touched."""
         chunks_dir = self.settings.chunks_dir
         async with Heartbeater():
-            collection = req.collection or (await self.resources.live_index()).collection
-            # Never published (the chunk store's live pointer is the last step of a publish):
-            # points written unstaged (a first import, a re-index's build) go too.
+            live = (await self.resources.live_index()).collection
+            collection = req.collection or live
+            # Never published (the chunk store's live pointer is the last step of a publish),
+            # or written into a collection that is not live (a re-index's build): points
+            # written unstaged go too.
             published = chunk_store.live_version(chunks_dir, req.document_id) == req.version
             n = await self.resources.store.discard_version(
-                collection, req.document_id, req.version, staged_only=published
+                collection,
+                req.document_id,
+                req.version,
+                staged_only=published and collection == live,
             )
             await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
             sections_file(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)

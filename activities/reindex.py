@@ -101,6 +101,9 @@ class ReindexActivities:
             # Failed rebuilds again, unless the document is gone (deleted meanwhile).
             still = await self.catalogue.by_id(set(req.failed))
             ids = sorted(set(ids) | set(still))
+        if req.skip_importing and ids:
+            rows = await self.catalogue.by_id(set(ids))
+            ids = [d for d in ids if d in rows and rows[d].status != "importing"]
         async with Heartbeater():
             stale = [doc for doc in ids if not await self._up_to_date(doc, req.target)]
         # The next page starts after the last id looked at (not the last one listed).

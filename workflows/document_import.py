@@ -160,6 +160,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
             )
             if published.live:
                 break
+            mine = mine.model_copy(update={"again": True})
             # A re-index switched the live index meanwhile: go again into the new one (its
             # model may differ; what it already has costs nothing).
         return DocumentImportResult(

@@ -82,6 +82,7 @@ async def rebuild_document(
         collection=target.collection,
         rebuild=True,
         only_version=target.first,
+        source=prep.source,
     )
     wf.on_failure("staged_discarded", lambda: wf.activity(DISCARD_VERSION, mine))
     if prep.rechunk:
@@ -169,7 +170,7 @@ class _Reindex:
             wf.stage("grace period")
             if wait:
                 await workflow.sleep(wait)
-            await self._catch_up(state)
+            await self._catch_up(state, switched=True)
             if self.chunking is not None:
                 await self._adopt(state)
         wf.stage("dropping the previous index")
@@ -202,7 +203,7 @@ class _Reindex:
                     self.payload.model_copy(update={"after": after, "state": state})
                 )
 
-    async def _catch_up(self, state: ReindexState) -> int:
+    async def _catch_up(self, state: ReindexState, *, switched: bool = False) -> int:
         """Rebuild what changed since the last listing (and what failed); how many."""
         assert state.since is not None
         since, failed, after, n = state.since - CLOCK_MARGIN, state.failed, "", 0
@@ -213,7 +214,11 @@ class _Reindex:
             page = await self.wf.activity(
                 LIST_CHANGED_DOCUMENTS,
                 ChangedDocumentsRequest(
-                    since=since, target=target, after=after, failed=failed if not after else []
+                    since=since,
+                    target=target,
+                    after=after,
+                    failed=failed if not after else [],
+                    skip_importing=switched,
                 ),
             )
             if not after and page.as_of is not None:

@@ -139,6 +139,12 @@ class VersionRequest(BaseModel):
     # The caller knows the collection holds no other version of the document (a re-index's
     # build round): publish does not look for one.
     only_version: bool = False
+    # An import going again into a new live index: the collection may hold a re-index's
+    # version of the document, so publish looks for other versions whatever the chunk store says.
+    again: bool = False
+    # A rebuild: the live version it was built from. If the document changed or was deleted
+    # meanwhile, the rebuild is discarded at publish (the catch-up takes the new version).
+    source: str | None = None
 
 
 class PublishResult(BaseModel):

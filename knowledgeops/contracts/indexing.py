@@ -177,6 +177,9 @@ class ChangedDocumentsRequest(BaseModel):
     limit: int = PAGE
     # Documents whose rebuild failed: listed again if they still exist.
     failed: list[str] = Field(default_factory=list, max_length=10_000)
+    # After the switch: leave out documents being imported (their import writes into the new
+    # live index by itself, going again if it had chosen the previous one).
+    skip_importing: bool = False
 
 
 class PrepareRebuildRequest(BaseModel):

@@ -213,9 +213,15 @@ class VectorStore:
         if not await self._exists(collection):
             return 0
         mine = self._version_filter(document_id, version)
+        # Other versions' live points; staged ones belong to a writer still at work (an
+        # import or a rebuild going on in this collection), whose own publish or discard
+        # removes them.
         other_versions = models.Filter(
             must=[mine[0]],
-            must_not=[models.FieldCondition(key="version", match=models.MatchValue(value=version))],
+            must_not=[
+                models.FieldCondition(key="version", match=models.MatchValue(value=version)),
+                _NOT_STAGED,
+            ],
         )
 
         def swap() -> int:
