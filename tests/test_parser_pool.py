@@ -4,6 +4,7 @@ across jobs, and every way a job can end still handled as a fresh process handle
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -185,7 +186,10 @@ async def test_the_cpu_limit_is_per_job_on_a_warm_process(pool: ParserPool, tmp_
     assert gone(warm) and temp_files(tmp_path) == []
 
 
-async def test_the_memory_cap_still_stops_a_document(pool: ParserPool, tmp_path: Path) -> None:
+async def test_the_memory_cap_still_stops_a_document(
+    pool: ParserPool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "knowledgeops.parser")
     doc = note(tmp_path)
     warm = await parse(pool, doc, tmp_path / "a.jsonl", memory_mb=200)
     # One 40 MB line: the text reader holds all of it, and more while it decodes.
@@ -194,6 +198,8 @@ async def test_the_memory_cap_still_stops_a_document(pool: ParserPool, tmp_path:
     with pytest.raises(DocumentError) as e:
         await run_parse(line, line.name, "doc1", tmp_path / "l.jsonl", 200)
     assert e.value.kind == "DocumentTooComplex" and "PARSER_MEMORY_MB" in e.value.message
+    # The warm process ran out first; a fresh one decided (it ran out too).
+    assert "again, fresh" in caplog.text
     assert gone(warm) and temp_files(tmp_path) == []
     assert await parse(pool, doc, tmp_path / "b.jsonl", memory_mb=200) != warm
 

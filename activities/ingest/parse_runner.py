@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.ingest.parser_pool import POOL
+from activities.ingest.parser_pool import POOL, Outcome
 from activities.ingest.parser_process import ParserInput, ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
@@ -119,10 +119,24 @@ async def run_chunk(
         ) from None
 
 
+def _out_of_memory(outcome: Outcome) -> bool:
+    """The job hit the process's memory cap (an answer saying so, or a MemoryError on
+    stderr). A crash is not retried: it is the document's (a fresh process crashes too)."""
+    error = (outcome.answer or {}).get("error")
+    if isinstance(error, dict) and "PARSER_MEMORY_MB" in str(error.get("message", "")):
+        return True
+    return outcome.answer is None and b"MemoryError" in outcome.stderr
+
+
 async def _run(request: ParserInput, on_killed: Callable[[int], None]) -> dict[str, Any]:
     limits, memory_mb, path = request.limits, request.memory_mb, Path(request.path)
     name = request.filename or path.name
     outcome = await POOL.run(request, PARSER_COMMAND, parser_env(), on_killed)
+    if outcome.jobs > 1 and _out_of_memory(outcome):
+        # What earlier jobs left in that process (heap, library caches) counted against its
+        # memory cap: a fresh process decides whether the document itself is too big.
+        log.info("parser out of memory on %s after %s jobs: again, fresh", name, outcome.jobs)
+        outcome = await POOL.run(request, PARSER_COMMAND, parser_env(), on_killed, fresh=True)
     if outcome.timed_out:
         raise DocumentError(
             "DocumentTooComplex",

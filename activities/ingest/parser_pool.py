@@ -70,6 +70,8 @@ class Outcome:
     timed_out: bool = False
     # The end of what it wrote to stderr during the job.
     stderr: bytes = b""
+    # Jobs the process had run, this one included (1: a fresh process).
+    jobs: int = 1
 
 
 class WarmProcess:
@@ -207,11 +209,13 @@ class ParserPool:
         command: Sequence[str],
         env: Mapping[str, str],
         on_killed: Callable[[int], None],
+        *,
+        fresh: bool = False,
     ) -> Outcome:
-        """Run one job on a warm process. `on_killed(pid)` runs when the process was killed
-        (by a signal, a limit, or because the job was cancelled) before it could remove its
-        temporary files."""
-        proc = self._acquire(command, env, request.memory_mb)
+        """Run one job on a warm process (with `fresh`, on a new one). `on_killed(pid)` runs
+        when the process was killed (by a signal, a limit, or because the job was cancelled)
+        before it could remove its temporary files."""
+        proc = self._acquire(command, env, request.memory_mb, fresh=fresh)
         reusable = False
         try:
             outcome = await self._job(proc, request, on_killed)
@@ -228,7 +232,9 @@ class ParserPool:
             line = await asyncio.wait_for(asyncio.wrap_future(answer), request.limits.wall_seconds)
         except TimeoutError:
             rc = await _end(proc, on_killed)
-            return Outcome(proc.pid, returncode=rc, timed_out=True, stderr=proc.stderr_tail)
+            return Outcome(
+                proc.pid, returncode=rc, timed_out=True, stderr=proc.stderr_tail, jobs=proc.jobs
+            )
         except asyncio.CancelledError:
             # The activity was cancelled or timed out: the parser must not outlive it.
             await _end(proc, on_killed)
@@ -237,16 +243,18 @@ class ParserPool:
             rc = await asyncio.wrap_future(proc.exited)
             if rc < 0:
                 on_killed(proc.pid)
-            return Outcome(proc.pid, returncode=rc, stderr=proc.stderr_tail)
-        return Outcome(proc.pid, answer=_decode(line), line=line, stderr=proc.stderr_tail)
+            return Outcome(proc.pid, returncode=rc, stderr=proc.stderr_tail, jobs=proc.jobs)
+        return Outcome(
+            proc.pid, answer=_decode(line), line=line, stderr=proc.stderr_tail, jobs=proc.jobs
+        )
 
     def _acquire(
-        self, command: Sequence[str], env: Mapping[str, str], memory_mb: int
+        self, command: Sequence[str], env: Mapping[str, str], memory_mb: int, *, fresh: bool
     ) -> WarmProcess:
         key: _Key = (tuple(command), tuple(sorted(env.items())), memory_mb, os.getcwd())
         with self._lock:
             self._close_idle(time.monotonic() - self.idle_seconds)
-            while found := [p for p in self._idle if p.key == key]:
+            while not fresh and (found := [p for p in self._idle if p.key == key]):
                 proc = found[-1]  # the most recently used
                 self._idle.remove(proc)
                 if proc.alive():
