@@ -18,7 +18,14 @@ from temporalio import activity
 
 from activities import artifacts_local as local
 from activities.artifacts_model import combine_answers
-from activities.map_reduce import WorkDir, map_groups, open_chunks, passages, plan_task
+from activities.map_reduce import (
+    WorkDir,
+    chosen_model,
+    map_groups,
+    open_chunks,
+    passages,
+    plan_task,
+)
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
 from knowledgeops.chat import ChatModel
@@ -94,13 +101,7 @@ class AnalysisActivities:
         chat = self.r.chat
         if req.mode == "answer" and (chat is None or req.method == "local"):
             raise bad_input("ChatModelMissing", NO_ANSWER_CHECK_WITHOUT_MODEL)
-        if req.method == "model" and chat is None:
-            raise bad_input(
-                "ChatModelMissing",
-                "method=model needs a chat model: set CHAT_MODEL (and OPENAI_BASE_URL / "
-                "OPENAI_API_KEY), or use method=auto / local",
-            )
-        use_model = chat is not None and req.method != "local"
+        model = chosen_model(chat, req.method)
         plan = await plan_task(
             self.r.settings.chunks_dir,
             self.outputs,
@@ -108,7 +109,7 @@ class AnalysisActivities:
             req.task_id,
             self.r.settings.chat_input_tokens,
         )
-        method = f"model:{chat.model_id}" if chat is not None and use_model else LOCAL_METHOD
+        method = f"model:{model.model_id}" if model is not None else LOCAL_METHOD
         return AnalysisPlan(method=method, plan=plan)
 
     def _chat(self, method: str) -> ChatModel:

@@ -20,7 +20,7 @@ from temporalio import activity
 from activities import artifacts_local as local
 from activities import artifacts_render as render
 from activities.artifacts_model import GROUP_MODELS, ModelArtifacts
-from activities.map_reduce import WorkDir, map_groups, open_chunks, plan_task
+from activities.map_reduce import WorkDir, chosen_model, map_groups, open_chunks, plan_task
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
 from knowledgeops.contracts.ai import TokenUsage
@@ -70,15 +70,7 @@ class ArtifactActivities:
 
     @activity.defn(name=PLAN_ARTIFACT.name)
     async def plan_artifact(self, req: ArtifactRequest) -> ArtifactPlan:
-        chat = self.r.chat
-        if req.method == "model" and chat is None:
-            raise bad_input(
-                "ChatModelMissing",
-                "method=model needs a chat model: set CHAT_MODEL (and OPENAI_BASE_URL / "
-                "OPENAI_API_KEY), or use method=auto / local",
-            )
-        use_model = chat is not None and req.method != "local"
-        method = f"model:{chat.model_id}" if chat is not None and use_model else ""
+        model = chosen_model(self.r.chat, req.method)
         plan = await plan_task(
             self.r.settings.chunks_dir,
             self.outputs,
@@ -86,7 +78,8 @@ class ArtifactActivities:
             req.task_id,
             self.r.settings.chat_input_tokens,
         )
-        return ArtifactPlan(method=method or LOCAL_METHODS[req.kind], plan=plan)
+        method = f"model:{model.model_id}" if model is not None else LOCAL_METHODS[req.kind]
+        return ArtifactPlan(method=method, plan=plan)
 
     @activity.defn(name=MAP_ARTIFACT.name)
     async def map_artifact(self, step: ArtifactStep) -> MapResult:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.support import Heartbeater, bad_input, resume_from
+from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
 from knowledgeops.embedding import token_upper_bound
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
@@ -98,6 +99,18 @@ def plan_groups(reader: ChunkReader, document_id: str, budget_tokens: int) -> Gr
     return GroupPlan(
         document_id=document_id, version=reader.version, chunks=reader.count, starts=starts
     )
+
+
+def chosen_model(chat: ChatModel | None, method: str) -> ChatModel | None:
+    """The chat model a task of `method` (auto / model / local) uses, or None for the local
+    method; method=model with no model configured fails at once."""
+    if method == "model" and chat is None:
+        raise bad_input(
+            "ChatModelMissing",
+            "method=model needs a chat model: set CHAT_MODEL (and OPENAI_BASE_URL / "
+            "OPENAI_API_KEY), or use method=auto / local",
+        )
+    return chat if method != "local" else None
 
 
 async def plan_task(

@@ -14,7 +14,7 @@ from knowledgeops.chat import ChatModel, make_chat_model
 from knowledgeops.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_index import LiveIndex, live_index
+from knowledgeops.stores.live_index import LiveIndex, live_index, nearest
 from knowledgeops.stores.vector_store import Hit, VectorStore
 
 
@@ -46,10 +46,15 @@ class Resources:
         on_wait: OnWait = None,
     ) -> list[Hit]:
         """The k chunks of the live index nearest to `query`, embedded with its model."""
-        live = await self.live_index()
-        [vector] = await self.embedder_for(live.model).embed([query], on_wait)
-        return await self.store.search(
-            live.collection, vector, k, document_id, document_ids=document_ids
+        return await nearest(
+            self.store,
+            self.embedder_for,
+            self.embedder.model_id,
+            query,
+            k,
+            document_id,
+            document_ids=document_ids,
+            on_wait=on_wait,
         )
 
     def embedder_for(self, model: str | None) -> Embedder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from knowledgeops.embedding import Embedder
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_index import live_index
+from knowledgeops.stores.live_index import nearest
 from knowledgeops.stores.vector_store import VectorStore
 
 
@@ -63,17 +63,14 @@ async def search(
         )
     if among is not None and not among:
         return []
-    own = embedder.embedder if isinstance(embedder, EmbedderSource) else embedder
-    live = await live_index(store, own.model_id)
+    embedder_for: Callable[[str], Embedder]
     if isinstance(embedder, EmbedderSource):
-        own = embedder.embedder_for(live.model)
-    elif own.model_id != live.model:
-        raise ValueError(
-            f"the live index was built with {live.model}; this process embeds with "
-            f"{own.model_id}: search through the worker's API"
-        )
-    [vector] = await own.embed([query])
-    hits = await store.search(live.collection, vector, k, document_id, document_ids=among)
+        embedder_for, default_model = embedder.embedder_for, embedder.embedder.model_id
+    else:
+        embedder_for, default_model = _only(embedder), embedder.model_id
+    hits = await nearest(
+        store, embedder_for, default_model, query, k, document_id, document_ids=among
+    )
     docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
     out = []
     for h in hits:
@@ -91,3 +88,17 @@ async def search(
             )
         )
     return out
+
+
+def _only(embedder: Embedder) -> Callable[[str], Embedder]:
+    """One embedder: it can embed queries only for an index built with its own model."""
+
+    def embedder_for(model: str) -> Embedder:
+        if model != embedder.model_id:
+            raise ValueError(
+                f"the live index was built with {model}; this process embeds with "
+                f"{embedder.model_id}: search through the worker's API"
+            )
+        return embedder
+
+    return embedder_for

@@ -74,15 +74,14 @@ def publish(
         if previous == version:
             return  # published already (a retry of this step)
         raise FileNotFoundError(f"no chunks stored for {document_id} version {version}")
-    first = previous is None and only_version(chunks_dir, document_id, version)
     if previous != version:
         pointer = chunks_dir / f"{document_id}{LIVE_SUFFIX}"
         tmp = pointer.with_name(f"{pointer.name}.tmp-{os.getpid()}")
         tmp.write_text(version)
         os.replace(tmp, pointer)
-    if previous_only or first:
+    if previous_only:
         sections_file(chunks_dir, document_id, version).unlink(missing_ok=True)
-        if previous_only and previous != version:
+        if previous != version:
             for p in _paths(chunks_dir, document_id, previous):
                 p.unlink(missing_ok=True)
         return

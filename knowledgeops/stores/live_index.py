@@ -9,17 +9,20 @@ no alias: the live collection is the configured model's `chunks_<model>`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from qdrant_client import QdrantClient, models
 
 from knowledgeops.contracts.document_import import ChunkingOptions
-from knowledgeops.stores.vector_store import VectorStore
+from knowledgeops.embedding import Embedder, OnWait
+from knowledgeops.stores.vector_store import Hit, VectorStore
 
 LIVE_ALIAS = "chunks_live"
 # Every index collection's name starts so (the embedding cache's `embeddings_` does not).
 INDEX_PREFIX = "chunks_"
+_UNALIAS = models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=LIVE_ALIAS))
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,24 @@ async def live_index(store: VectorStore, default_model: str) -> LiveIndex:
     return index_of(*found, default_model=default_model)
 
 
+async def nearest(
+    store: VectorStore,
+    embedder_for: Callable[[str], Embedder],
+    default_model: str,
+    query: str,
+    k: int,
+    document_id: str | None = None,
+    *,
+    document_ids: Sequence[str] | None = None,
+    on_wait: OnWait = None,
+) -> list[Hit]:
+    """The k chunks of the live index nearest to `query`, embedded with the live index's
+    model (`embedder_for(model)`)."""
+    live = await live_index(store, default_model)
+    [vector] = await embedder_for(live.model).embed([query], on_wait)
+    return await store.search(live.collection, vector, k, document_id, document_ids=document_ids)
+
+
 def index_of(collection: str, meta: dict[str, Any], *, default_model: str = "") -> LiveIndex:
     """The live index a collection's metadata describes."""
     chunking = None
@@ -85,9 +106,7 @@ async def switch_live(store: VectorStore, index: LiveIndex, dimension: int) -> N
         client.update_collection(index.collection, metadata=meta)
         ops: list[models.AliasOperations] = []
         if _alias_target(client) is not None:
-            ops.append(
-                models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=LIVE_ALIAS))
-            )
+            ops.append(_UNALIAS)
         ops.append(
             models.CreateAliasOperation(
                 create_alias=models.CreateAlias(
@@ -106,8 +125,7 @@ async def remove_alias(store: VectorStore) -> None:
 
     def remove(client: QdrantClient) -> None:
         if _alias_target(client) is not None:
-            op = models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=LIVE_ALIAS))
-            client.update_collection_aliases(change_aliases_operations=[op])
+            client.update_collection_aliases(change_aliases_operations=[_UNALIAS])
 
     await store.run_client(remove)
 

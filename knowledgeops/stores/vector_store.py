@@ -192,7 +192,7 @@ class VectorStore:
     @staticmethod
     def _version_filter(document_id: str, version: str) -> list[models.Condition]:
         return [
-            models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id)),
+            _of_document(document_id),
             models.FieldCondition(key="version", match=models.MatchValue(value=version)),
         ]
 
@@ -241,9 +241,8 @@ class VectorStore:
         that was never published: written unstaged because nothing older was searchable)."""
         if not await self._exists(collection):
             return 0
-        flt = models.Filter(must=self._version_filter(document_id, version))
-        if staged_only:
-            flt.must = [*self._version_filter(document_id, version), _NOT_STAGED]
+        must = self._version_filter(document_id, version)
+        flt = models.Filter(must=[*must, _NOT_STAGED] if staged_only else must)
         return await self._run(self._delete_matching, collection, flt)
 
     async def has_version(self, collection: str, document_id: str, versions: set[str]) -> bool:
