@@ -51,7 +51,6 @@ class QueuePlan:
 # Queues whose worker runs fewer activities at once than WORKER_MAX_ACTIVITIES.
 QUEUE_CAPACITY: dict[TaskQueue, Callable[[Settings], int]] = {
     TaskQueue.PARSE: lambda s: s.parser_concurrency,
-    TaskQueue.PARSE_EXPRESS: lambda s: 1,
 }
 
 
@@ -81,16 +80,15 @@ def plan_queues(resources: Resources) -> dict[str, QueuePlan]:
             if path not in instances:
                 instances[path] = load(path)(resources)
             for name, method in activity_methods(instances[path]).items():
+                # On the type's own queue too when the activity has a queue of its own: its
+                # workflows run it there as a local activity for a small document.
+                plan.activities[name] = method
                 own = spec.activities.get(name)
-                if own is None or own.task_queue is None:
-                    plan.activities[name] = method
-                    continue
-                # An activity with a queue of its own is registered there only (and on its
-                # express lane, if it has one).
-                for own_queue in filter(None, (own.task_queue, own.express_queue)):
-                    queue = resources.settings.queue(own_queue.value)
-                    capacity = QUEUE_CAPACITY.get(own_queue)
-                    other = plans.setdefault(queue, QueuePlan())
+                if own is not None and own.task_queue is not None:
+                    capacity = QUEUE_CAPACITY.get(own.task_queue)
+                    other = plans.setdefault(
+                        resources.settings.queue(own.task_queue.value), QueuePlan()
+                    )
                     other.activities[name] = method
                     other.max_activities = capacity(resources.settings) if capacity else None
     return plans

@@ -5,7 +5,9 @@ INDEXING_UPSERT)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from functools import partial
+from typing import Any
 
 from temporalio import activity
 
@@ -40,6 +42,15 @@ class ImportActivities:
         self.resources = resources
         self.settings = resources.settings
         self.catalogue = DocumentCatalogue(resources.db)
+        # Small documents' parse and chunk steps run as local activities, outside the parse
+        # queue's capacity: they share one parser of their own (the express parser), so a
+        # one-page upload never waits for a big file's parse and never adds more than one.
+        self._express_parser = asyncio.Semaphore(1)
+
+    def _parser_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The express parser for a local activity; a queued one already holds a parser slot
+        (its queue's worker runs PARSER_CONCURRENCY at once)."""
+        return self._express_parser if activity.info().is_local else contextlib.nullcontext()
 
     def _limits(self) -> ParserLimits:
         return ParserLimits(
@@ -67,7 +78,7 @@ class ImportActivities:
                 f"{self.settings.max_file_bytes} (MAX_FILE_BYTES)",
             )
         try:
-            async with Heartbeater():
+            async with self._parser_slot(), Heartbeater():
                 return await run_parse(
                     path,
                     req.filename or path.name,
@@ -95,7 +106,7 @@ class ImportActivities:
                 "by a delete or a cleanup); import the document again",
             )
         try:
-            async with Heartbeater():
+            async with self._parser_slot(), Heartbeater():
                 total = await run_chunk(
                     sections,
                     req.document_id,

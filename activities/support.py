@@ -54,6 +54,8 @@ class Heartbeater:
         self.beat()
 
     def beat(self) -> None:
+        if activity.info().is_local:
+            return  # a local activity has no heartbeat: its workflow task is its liveness
         if self._details is None:
             activity.heartbeat()
         else:

@@ -53,12 +53,10 @@ class TaskQueue(StrEnum):
     # Only parse activities; its workers run PARSER_CONCURRENCY at once, so a parse waits for
     # a parser in the queue (schedule-to-start), outside its attempt's start-to-close clock.
     PARSE = "knowledgeops-parse"
-    # The parsers' express lane: one more parser, only for tasks at EXPRESS_PRIORITY (small
-    # documents), so a one-page upload never waits for a 2 MB file's parse to end.
-    PARSE_EXPRESS = "knowledgeops-parse-express"
 
 
-# Temporal priority key of tasks that take express lanes (1 = first; unset = 3).
+# Temporal priority key of small documents' imports (1 = first; unset = 3). Their steps run as
+# local activities (workflows/document_import.py), so they never queue behind a bulk import.
 EXPRESS_PRIORITY = 1
 
 
@@ -69,8 +67,6 @@ class ActivityOptions:
     heartbeat_timeout: timedelta | None = None
     # A queue of its own (e.g. a capacity-limited pool); None: the task type's queue.
     task_queue: TaskQueue | None = None
-    # Where runs of a task at EXPRESS_PRIORITY go instead of `task_queue` (a reserved lane).
-    express_queue: TaskQueue | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `workflow.execute_activity`."""
@@ -83,6 +79,16 @@ class ActivityOptions:
             "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
             if self.heartbeat_timeout is not None
             else ActivityCancellationType.TRY_CANCEL,
+        }
+
+    def as_local_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `workflow.execute_local_activity`: the same clock and retries.
+        A local activity sends no heartbeat (its workflow task is its liveness); a cancel waits
+        until it has stopped, as for a heartbeating activity."""
+        return {
+            "start_to_close_timeout": self.start_to_close,
+            "retry_policy": self.retry_policy,
+            "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         }
 
 

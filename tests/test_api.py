@@ -305,11 +305,10 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         workers = (await api.http.get("/v1/admin/workers", headers=api.admin)).json()
         implemented = [s for s in REGISTRY.values() if s.implemented]
         queues = {settings.queue(s.task_queue.value) for s in implemented} | {
-            settings.queue(q.value)  # activities with a queue of their own (parse, express)
+            settings.queue(o.task_queue.value)  # activities with a queue of their own (parse)
             for s in implemented
             for o in s.activities.values()
-            for q in (o.task_queue, o.express_queue)
-            if q is not None
+            if o.task_queue is not None
         }
         assert {w["task_queue"] for w in workers} == queues
 
@@ -410,7 +409,8 @@ async def test_delete_of_a_queued_document(
 async def test_pending_filter_selects_only_tasks_no_worker_began(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    # One parser and no express lane: while a long document parses, the next import waits for
+    # One parser, and no small documents (their steps run as local activities, no queue): while
+    # a long document parses, the next import waits for
     # the parser in the parse queue (pending: no activity of it has started).
     cfg = settings.model_copy(update={"parser_concurrency": 1, "small_document_bytes": 0})
     long_doc, short_doc = heavy_markdown(tmp_path / "long.md", 40), tmp_path / "short.txt"

@@ -142,28 +142,20 @@ async def test_worker_registers_each_queue_once(env: Env) -> None:
     plans = plan_queues(Resources(env.settings, env.db, env.store, env.embedder))
     implemented = [s for s in REGISTRY.values() if s.implemented]
     # Activities with a queue of their own (ActivityOptions.task_queue) are registered there,
-    # and on their express lane (ActivityOptions.express_queue) if they have one.
+    # and on their type's queue (where its workflows may run them as local activities).
     own = {
         name: env.settings.queue(o.task_queue.value)
         for s in implemented
         for name, o in s.activities.items()
         if o.task_queue is not None
     }
-    express = {
-        name: env.settings.queue(o.express_queue.value)
-        for s in implemented
-        for name, o in s.activities.items()
-        if o.express_queue is not None
-    }
     assert set(plans) == {env.settings.queue(s.task_queue.value) for s in implemented} | set(
         own.values()
-    ) | set(express.values())
-    for name, queue in express.items():
-        assert name in plans[queue].activities and not plans[queue].workflows
+    )
     for spec in implemented:
         plan = plans[env.settings.queue(spec.task_queue.value)]
         assert load(spec.workflow_class or "") in plan.workflows
-        assert (set(spec.activities) - set(own)) | set(COMMON_ACTIVITIES) <= set(plan.activities)
+        assert set(spec.activities) | set(COMMON_ACTIVITIES) <= set(plan.activities)
     for name, queue in own.items():
         assert name in plans[queue].activities and not plans[queue].workflows
 

@@ -90,21 +90,32 @@ class TaskWorkflow(Generic[P, R]):
 
     # -- what a workflow file calls ---------------------------------------------------------
 
-    async def activity(self, ref: ActivityRef[In, Out], arg: In) -> Out:
-        """Run an activity with the options the registry declares for it."""
+    async def activity(self, ref: ActivityRef[In, Out], arg: In, *, local: bool = False) -> Out:
+        """Run an activity with the options the registry declares for it. `local`: as a local
+        activity in this workflow task, on this worker, for steps known to take under a
+        second: no task-queue round trips (each costs the server a workflow task and an
+        activity task), so a small document's import is one workflow task, not six."""
         options = activity_options(self.task_type, ref.name)
-        kwargs = options.as_kwargs()
-        queue = options.task_queue
-        if options.express_queue is not None and _priority_key() == EXPRESS_PRIORITY:
-            queue = options.express_queue
-        if queue is not None:
-            # Queue names carry the deployment prefix; this workflow's own queue has it.
-            kwargs["task_queue"] = self.task_id_for(queue.value)
-        result: Out = await workflow.execute_activity(
-            ref.name, arg, result_type=ref.output, **kwargs
-        )
+        result: Out
+        if local:
+            result = await workflow.execute_local_activity(
+                ref.name, arg, result_type=ref.output, **options.as_local_kwargs()
+            )
+        else:
+            kwargs = options.as_kwargs()
+            if options.task_queue is not None:
+                # Queue names carry the deployment prefix; this workflow's own queue has it.
+                kwargs["task_queue"] = self.task_id_for(options.task_queue.value)
+            result = await workflow.execute_activity(
+                ref.name, arg, result_type=ref.output, **kwargs
+            )
         self._began = True
         return result
+
+    @staticmethod
+    def express() -> bool:
+        """Whether this task runs at EXPRESS_PRIORITY (a small document's import)."""
+        return _priority_key() == EXPRESS_PRIORITY
 
     def task_id_for(self, name: str) -> str:
         """`name` with this deployment's prefix (task ids and queue names carry it)."""

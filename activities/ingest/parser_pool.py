@@ -2,8 +2,8 @@
 
 Starting a Python process with the parsing libraries costs ~0.24 s of CPU, more than parsing
 a one-chunk note. So parser processes are kept and reused, one per parse running at once
-(the worker runs PARSER_CONCURRENCY parses plus one on the express lane), each serving one
-job at a time, with the isolation a fresh process had:
+(the worker runs PARSER_CONCURRENCY parses plus the express parser of small documents), each
+serving one job at a time, with the isolation a fresh process had:
 - the memory cap (RLIMIT_AS) is set when a process starts, and processes are kept apart by it
   (and by command, environment and working directory): a job only runs where it would have;
 - the CPU limit is renewed by the process before each job (parser_process.limit_cpu);

@@ -74,7 +74,6 @@ PARSE_ACTIVITIES: Mapping[str, ActivityOptions] = {
         heartbeat_timeout=timedelta(seconds=30),
         retry_policy=_retry(3),
         task_queue=TaskQueue.PARSE,
-        express_queue=TaskQueue.PARSE_EXPRESS,
     ),
     # Splits the parsed text in the parser subprocess (so on the parsers' queue); redone
     # from the stored sections on retry.
@@ -83,7 +82,6 @@ PARSE_ACTIVITIES: Mapping[str, ActivityOptions] = {
         heartbeat_timeout=timedelta(seconds=30),
         retry_policy=_retry(3),
         task_queue=TaskQueue.PARSE,
-        express_queue=TaskQueue.PARSE_EXPRESS,
     ),
 }
 # Publish or discard a version: DOCUMENT_IMPORT, and a re-index's rebuild of a document.
