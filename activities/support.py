@@ -55,7 +55,7 @@ class Heartbeater:
 
     def beat(self) -> None:
         if activity.info().is_local:
-            return  # a local activity has no heartbeat: its workflow task is its liveness
+            return  # no heartbeat: the workflow task running it is its liveness
         if self._details is None:
             activity.heartbeat()
         else:
@@ -67,7 +67,8 @@ class Heartbeater:
             await asyncio.sleep(self._interval)
 
     async def __aenter__(self) -> Heartbeater:
-        self._task = asyncio.create_task(self._loop())
+        if not activity.info().is_local:  # a local activity has no heartbeat to send
+            self._task = asyncio.create_task(self._loop())
         return self
 
     async def __aexit__(

@@ -35,7 +35,10 @@ from knowledgeops.temporal import OUR_IDENTITY
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 5.0
+# Each pass lists every run closed in the last OVERLAP + POLL_SECONDS: at 20 imports/s a 5 s
+# poll listed each run 25 times (measured: 2,000 small imports 18.3 documents/s). An operator's
+# action shows up in the audit log within this much of the run's close.
+POLL_SECONDS = 15.0
 # How far back the first pass after a start looks (actions while no worker ran included).
 FIRST_LOOKBACK = timedelta(days=1)
 # Each later pass re-reads this much before its last one: visibility lags a little.
@@ -83,18 +86,24 @@ class OperatorActions:
         )
         if self.settings.prefix:
             query += f" AND WorkflowId STARTS_WITH {json.dumps(self.settings.prefix)}"
+        closed = [w async for w in self.client.list_workflows(query)]
+        fresh = [(w.id, w.run_id) for w in closed if (w.id, w.run_id) not in self._seen]
+        # One query instead of a describe per run (measured: describing each closed run cost
+        # 1000 small imports 16.5 -> 19.6 documents/s): a run that recorded its own first
+        # event began here, so only an operator's close of it needs its history read.
+        began_here = await self.db.events.began_here(fresh)
         written = 0
-        async for w in self.client.list_workflows(query):
-            written += await self._closed(w)
+        for w in closed:
+            written += await self._closed(w, (w.id, w.run_id) in began_here)
         self._since = started
         self._seen = {k: at for k, at in self._seen.items() if at >= since}
         return written
 
-    async def _closed(self, w: WorkflowExecution) -> int:
+    async def _closed(self, w: WorkflowExecution, began_here: bool) -> int:
         key = (w.id, w.run_id)
         if key in self._seen:
             return 0
-        if w.status not in _OPERATOR_CLOSINGS and not await self._is_reset_run(w):
+        if w.status not in _OPERATOR_CLOSINGS and (began_here or not await self._is_reset_run(w)):
             self._seen[key] = w.close_time or datetime.now(UTC)
             return 0  # completed / failed on its own: nothing an operator did
         written = 0

@@ -161,14 +161,22 @@ class TaskWorkflow(Generic[P, R]):
         self._began = True
         return result
 
-    def stage(self, stage: str, *, total: int | None = None, done: int | None = None) -> None:
-        """Record the stage (and progress) in the memo, readable with no worker running."""
+    def stage(
+        self, stage: str, *, total: int | None = None, done: int | None = None, memo: bool = True
+    ) -> None:
+        """Record the stage (and progress) in the memo, readable with no worker running.
+        `memo=False`: for the progress query only, for a stage that ends within this workflow
+        task (local activities): nobody could read it in the memo, and each upsert is a
+        command and a history event."""
         self._progress.stage = stage
         if total is not None:
             self._progress.total = total
         if done is not None:
             self._progress.done = done
-        workflow.upsert_memo({PROGRESS_MEMO: self._progress.model_dump(), BEGAN_MEMO: self._began})
+        if memo:
+            workflow.upsert_memo(
+                {PROGRESS_MEMO: self._progress.model_dump(), BEGAN_MEMO: self._began}
+            )
 
     def on_failure(self, name: str, cleanup: Callable[[], Awaitable[Any]]) -> None:
         """Run `cleanup` if the task fails or is cancelled from here on; the failure / cancel

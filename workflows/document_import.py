@@ -59,7 +59,7 @@ async def parse_and_chunk(
     task), and split it into the version's chunks. Shared by imports and re-index rebuilds.
     `local`: run the steps as local activities (a small document)."""
     doc, version = req.document_id, req.version
-    wf.stage("parsing")
+    wf.stage("parsing", memo=not local)
     parsed = await wf.activity(PARSE_DOCUMENT, req, local=local)
     ocr_pages: list[int] = []
     ocr_task: str | None = None
@@ -82,7 +82,7 @@ async def parse_and_chunk(
             owner=owner,
         )
         ocr_pages = ocr.pages
-    wf.stage("chunking")
+    wf.stage("chunking", memo=not local)
     chunked = await wf.activity(
         CHUNK_DOCUMENT,
         ChunkRequest(
@@ -147,7 +147,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
         total = chunked.total_chunks
         embedded_n = reused_n = 0
         while True:
-            self.stage("embedding", total=total, done=0)
+            self.stage("embedding", total=total, done=0, memo=not local)
             # The model and collection of the live index, chosen once for embed, upsert and
             # publish (so vectors and collection always match).
             embedded = await self.activity(
@@ -158,7 +158,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
             embedded_n += embedded.embedded
             reused_n += embedded.reused
             mine = mine.model_copy(update={"collection": embedded.collection})
-            self.stage("indexing", total=total, done=0)
+            self.stage("indexing", total=total, done=0, memo=not local)
             written = await self.activity(
                 UPSERT_CHUNKS,
                 UpsertRequest(
@@ -170,7 +170,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
                 ),
                 local=local,
             )
-            self.stage("publishing", total=total, done=total)
+            self.stage("publishing", total=total, done=total, memo=not local)
             published = await self.activity(
                 PUBLISH_VERSION, mine.model_copy(update={"staged": written.staged}), local=local
             )

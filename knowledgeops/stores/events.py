@@ -84,6 +84,27 @@ class EventStore:
                         await projection.project(s, ev)
         return new
 
+    async def began_here(self, runs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Of (task id, run id) pairs, the runs that recorded their own first event as a new
+        task or one of our retries: so they are no operator's reset (a reset run records
+        TaskRetried via "reset", or replays its base run's first events)."""
+        firsts = {
+            f"{task}/{run}/{kind.value}": (task, run)
+            for task, run in runs
+            for kind in (EventType.TASK_ENQUEUED, EventType.TASK_RETRIED)
+        }
+        found: set[tuple[str, str]] = set()
+        ids = sorted(firsts)
+        async with self.db.sessions() as s:
+            for start in range(0, len(ids), 500):  # bounded IN lists
+                q = select(EventRow.event_id, EventRow.data).where(
+                    EventRow.event_id.in_(ids[start : start + 500])
+                )
+                for event_id, data in (await s.execute(q)).all():
+                    if (data or {}).get("via") != "reset":
+                        found.add(firsts[event_id])
+        return found
+
     async def after(
         self, after: int = 0, limit: int = 100, task_id: str | None = None
     ) -> list[StoredEvent]:
