@@ -17,6 +17,7 @@ from temporalio.api.enums.v1 import (
     TaskQueueKind,
     TaskQueueType,
 )
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue as TaskQueueProto
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
@@ -79,6 +80,9 @@ class ActivityAttempt(BaseModel):
     ended_at: datetime | None = None
     outcome: str = "running"
     error: str | None = None
+    # Run as a local activity (a small document's import steps): recorded once it ended, as
+    # a marker, with the attempt that ended it; no scheduled / started times of its own.
+    local: bool = False
 
 
 class RunInfo(BaseModel):
@@ -240,6 +244,10 @@ async def execution_log(client: Client, task_id: str, run_id: str | None = None)
                 if len(text) <= INPUT_SUMMARY_CHARS
                 else text[:INPUT_SUMMARY_CHARS] + "..."
             )
+        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
+            local = _local_activity(e)
+            if local is not None:
+                attempts[e.event_id] = local
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             a = e.activity_task_scheduled_event_attributes
             attempts[e.event_id] = ActivityAttempt(
@@ -287,6 +295,31 @@ async def execution_log(client: Client, task_id: str, run_id: str | None = None)
         "input": input_summary,
         "activities": [a.model_dump(mode="json") for a in attempts.values()],
     }
+
+
+# What the SDK's core names the marker of a local activity's result.
+_LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def _local_activity(e: HistoryEvent) -> ActivityAttempt | None:
+    """The attempt a local activity's result marker records (None for other markers and for
+    domain-event recording, which is bookkeeping, not a step)."""
+    marker = e.marker_recorded_event_attributes
+    if marker.marker_name != _LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
+        return None
+    data = json.loads(marker.details["data"].payloads[0].data)
+    if data.get("activity_type") in (None, "record_task_events"):
+        return None
+    failed = marker.HasField("failure")
+    return ActivityAttempt(
+        activity=data["activity_type"],
+        activity_id=str(data.get("activity_id", "")),
+        attempt=int(data.get("attempt", 1)),
+        ended_at=e.event_time.ToDatetime(UTC),
+        outcome="failed" if failed else "completed",
+        error=marker.failure.message if failed else None,
+        local=True,
+    )
 
 
 async def last_checkpoint(client: Client, task_id: str) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from starter.task_queries import execution_log
 from tests.conftest import EXAMPLES, Env
 from workflows.document_import import DocumentImportWorkflow
 
@@ -47,6 +48,22 @@ async def test_import_histories_replay_in_the_sandbox(env: Env, tmp_path: Path) 
         queued, local = by_name[name]
         # Only a failure's cleanup (discard_version) is queued; events are local anyway.
         assert queued <= 1 and local >= 3, (name, by_name[name])
+
+    # The task's execution log (admin API, `status --log`) lists a small document's steps.
+    log = await execution_log(
+        env.client, refs[files.index(EXAMPLES / "spaced-repetition.txt")].task_id
+    )
+    steps = [(a["activity"], a["local"], a["outcome"]) for a in log["activities"]]
+    assert steps == [
+        (name, True, "completed")
+        for name in (
+            "parse_document",
+            "chunk_document",
+            "embed_chunks",
+            "upsert_chunks",
+            "publish_version",
+        )
+    ]
 
     sandboxed = SandboxedWorkflowRunner()
     replayer = Replayer(
