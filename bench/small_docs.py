@@ -126,6 +126,7 @@ def main() -> None:
             try:
                 with running_process(dev, settings, log, "knowledgeops is running", timeout=90):
                     asyncio.run(measure(settings, args.docs, args.clients))
+                print(f"embedding: {len(fake.inputs)} inputs in {fake.requests} requests")
             finally:
                 if args.keep_log:
                     shutil.copy(log, args.keep_log)
