@@ -168,6 +168,9 @@ class ImportActivities:
                         req.document_id,
                         req.version,
                         previous_only=req.rebuild,
+                        # Checked above: no other version's files to look for (a scan of the
+                        # whole chunk folder, 2 % of the worker's CPU at 2,000 documents).
+                        only_version=first,
                     )
                 )
             # Read again after the write: a switch during it must not go unnoticed.

@@ -64,11 +64,17 @@ def sections_file(chunks_dir: Path, document_id: str, version: str) -> Path:
 
 
 def publish(
-    chunks_dir: Path, document_id: str, version: str, *, previous_only: bool = False
+    chunks_dir: Path,
+    document_id: str,
+    version: str,
+    *,
+    previous_only: bool = False,
+    only_version: bool = False,
 ) -> None:
     """Make `version` the live one (atomic), then remove every other version's files (with
     `previous_only`, only the previously live version's: a re-index must not remove the files
-    of an import of the document that is still running)."""
+    of an import of the document that is still running; with `only_version`, as checked by
+    the caller, there are none, and the folder is not scanned again)."""
     previous = live_version(chunks_dir, document_id)
     if not has_version(chunks_dir, document_id, version):
         if previous == version:
@@ -79,7 +85,7 @@ def publish(
         tmp = pointer.with_name(f"{pointer.name}.tmp-{os.getpid()}")
         tmp.write_text(version)
         os.replace(tmp, pointer)
-    if previous_only:
+    if previous_only or only_version:
         sections_file(chunks_dir, document_id, version).unlink(missing_ok=True)
         if previous != version:
             for p in _paths(chunks_dir, document_id, previous):
