@@ -97,12 +97,15 @@ async def test_a_reset_in_temporal_is_a_retry_and_is_audited(
 async def test_cancel_and_terminate_in_temporal_are_audited_and_closed(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    fake_openai.latency = 0.3  # imports stay running long enough to act on them
+    # Imports stay running long enough to act on them: ~8 requests of 0.3 s each (with one
+    # request, the CLI's cancel once came after the import had completed).
+    fake_openai.latency = 0.3
     docs = []
     for name in ("a", "b", "c"):
         (tmp_path / f"{name}.txt").write_text(numbered_paragraphs(200) + name)
         docs.append(tmp_path / f"{name}.txt")
-    async with running_env(openai_settings(settings, fake_openai)) as env:
+    cfg = openai_settings(settings, fake_openai).model_copy(update={"embedding_batch_size": 4})
+    async with running_env(cfg) as env:
         a, b, c = [await env.documents.import_file(d) for d in docs]
         for ref in (a, b, c):
             for _ in range(200):
