@@ -16,8 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from knowledgeops.contracts.agent import ChildStart, ToolName
+from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import OnWait
 from knowledgeops.errors import validation_text
+from knowledgeops.index.vector_index import Scope as IndexScope
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import ChunkReader
@@ -69,11 +71,17 @@ def schemas(tools: list[ToolName], owner: str | None) -> list[dict[str, Any]]:
     """The function definitions offered to the model."""
     defs: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         "search_knowledge_base": (
-            "Semantic search over the knowledge base; returns the best matching chunks.",
+            "Search the knowledge base; returns the best matching chunks.",
             {
                 "query": {"type": "string", "description": "what to look for"},
                 "k": {"type": "integer", "minimum": 1, "maximum": MAX_HITS},
                 "document_id": {"type": "string", "description": "only this document"},
+                "mode": {
+                    "type": "string",
+                    "enum": [m.value for m in SearchMode],
+                    "description": "hybrid (default): meaning and exact words; dense: "
+                    "meaning only; keyword: exact words only (names, codes, rare terms)",
+                },
             },
             ["query"],
         ),
@@ -173,8 +181,20 @@ class Tools:
         document_id = _str(args, "document_id", required=False)
         if document_id:
             await self._check_document(scope, document_id)
+        mode_name = _str(args, "mode", required=False) or SearchMode.HYBRID.value
+        try:
+            mode = SearchMode(mode_name)
+        except ValueError:
+            raise ToolError(
+                f"mode {mode_name!r} is not one of {', '.join(m.value for m in SearchMode)}"
+            ) from None
+        # The owner is a condition of the engine's query (points carry it); no id list needed.
         hits = await self.r.nearest(
-            query, k, document_id, document_ids=await self.visible(scope), on_wait=on_wait
+            query,
+            k,
+            IndexScope(document_id=document_id, document_ids=scope.document_ids, owner=scope.owner),
+            mode=mode,
+            on_wait=on_wait,
         )
         return {
             "hits": [

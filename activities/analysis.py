@@ -46,6 +46,7 @@ from knowledgeops.contracts.analysis import (
     Readability,
     Source,
 )
+from knowledgeops.index.vector_index import Scope
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import Chunk
@@ -191,7 +192,9 @@ class AnalysisActivities:
         async with Heartbeater():
             with model_failures():
                 query = f"{req.question}\n{req.answer}"
-                hits = await self.r.nearest(query, ANSWER_SOURCES, document_id=req.document_id)
+                hits = await self.r.nearest(
+                    query, ANSWER_SOURCES, Scope(document_id=req.document_id)
+                )
                 if not hits:
                     raise bad_input(
                         "DocumentNotIndexed",

@@ -57,6 +57,7 @@ from knowledgeops.contracts.backup import (
     ManifestResult,
     RetentionResult,
 )
+from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import (
@@ -70,7 +71,6 @@ from knowledgeops.stores.backups import (
     remove_archive,
 )
 from knowledgeops.stores.file_store import write_atomically
-from knowledgeops.stores.live_index import aliased_index
 
 
 class BackupActivities:

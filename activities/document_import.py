@@ -195,7 +195,8 @@ class ImportActivities:
             # Never published (the chunk store's live pointer is the last step of a publish),
             # or written into a collection that is not live (a re-index's build): points
             # written unstaged go too.
-            published = chunk_store.live_version(chunks_dir, req.document_id) == req.version
+            live_version = chunk_store.live_version(chunks_dir, req.document_id)
+            published = live_version == req.version
             n = await self.resources.store.discard_version(
                 collection,
                 req.document_id,
@@ -204,4 +205,11 @@ class ImportActivities:
             )
             await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
             sections_file(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
+            # The import re-listed the document with its owner and tags before it failed:
+            # the live version's points take them, so search filters as the catalogue says.
+            row = await self.catalogue.get(req.document_id)
+            if live_version is not None and row is not None:
+                await self.resources.store.set_document_fields(
+                    live, req.document_id, row.owner, row.tags or []
+                )
         return DiscardResult(points_removed=n)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.ingest.indexing import VectorsMissingError, embed_chunks, upsert_chunks
+from activities.ingest.indexing import (
+    DocumentFields,
+    VectorsMissingError,
+    embed_chunks,
+    upsert_chunks,
+)
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.contracts.document_import import (
     EMBED_CHUNKS,
@@ -24,11 +29,11 @@ from knowledgeops.contracts.indexing import (
 )
 from knowledgeops.embedding import Embedder
 from knowledgeops.errors import EmbeddingRejectedError
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.sql import now
-from knowledgeops.stores.vector_store import VectorStore
 
 
 class EmbedActivities:
@@ -37,6 +42,7 @@ class EmbedActivities:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.settings = resources.settings
+        self.catalogue = DocumentCatalogue(resources.db)
 
     def _embedder(self, model: str) -> Embedder:
         try:
@@ -85,11 +91,11 @@ class EmbedActivities:
         model = req.model or live.model
         # A named model's vectors go to the live collection only if it is that model's.
         collection = req.collection or (
-            live.collection if model == live.model else VectorStore.collection_name(model)
+            live.collection if model == live.model else VectorIndex.collection_name(model)
         )
         # Staged only where something of the document is searchable already: otherwise (a
         # first import, a re-index's build) staging would only cost a second write of every
-        # point at publish (~1.3 s per 1,000 points in local mode, measured), and discard
+        # point at publish, and discard
         # removes unstaged points of an unpublished version all the same.
         staged = (
             req.staged
@@ -98,6 +104,10 @@ class EmbedActivities:
         )
         checkpoint = resume_from(UpsertCheckpoint(total=0))
         hb = Heartbeater(checkpoint.model_dump())
+        # The import listed (or re-listed) the document before its first step, so its row
+        # holds the owner and tags this version's points must carry.
+        row = await self.catalogue.get(req.document_id)
+        fields = DocumentFields(row.owner, tuple(row.tags or ())) if row else DocumentFields()
         try:
             async with hb:
                 return await upsert_chunks(
@@ -107,6 +117,7 @@ class EmbedActivities:
                     req.model_copy(update={"collection": collection, "staged": staged}),
                     checkpoint,
                     lambda cp: hb.update(cp.model_dump()),
+                    fields,
                 )
         except (FileNotFoundError, VectorsMissingError) as e:
             raise bad_input(type(e).__name__.removesuffix("Error"), str(e)) from None

@@ -32,12 +32,12 @@ from knowledgeops.contracts.indexing import (
     SwitchRequest,
     SwitchResult,
 )
+from knowledgeops.index.live import LiveIndex, switch_live
+from knowledgeops.index.vector_index import INDEX_PREFIX, VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.live_index import INDEX_PREFIX, LiveIndex, switch_live
 from knowledgeops.stores.sql import now
-from knowledgeops.stores.vector_store import VectorStore
 
 
 def rebuilt_version(tag: str, source: str | None) -> str:
@@ -63,7 +63,7 @@ class ReindexActivities:
             raise bad_input("UnknownModel", str(e)) from None
         return PrepareReindexResult(
             model=model,
-            collection=VectorStore.collection_name(model, req.tag),
+            collection=VectorIndex.collection_name(model, req.tag),
             previous=live.collection,
         )
 

@@ -35,11 +35,12 @@ from knowledgeops.contracts.document_import import (
     UpsertRequest,
 )
 from knowledgeops.embedding import make_embedder
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.chunk_store import ChunkReader, publish, sections_file
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService, derive_document_id
 from starter.service import TaskQueueService
@@ -47,7 +48,7 @@ from starter.service import TaskQueueService
 
 async def direct(settings: Settings, files: list[Path], concurrency: int) -> tuple[float, int]:
     """The import's parse, chunk, embed, upsert and publish steps, called in-process."""
-    store = VectorStore.open(settings)
+    store = open_index(settings)
     embedder = make_embedder(settings)
     await embedder.warm_up()
     sem = asyncio.Semaphore(concurrency)
@@ -79,7 +80,7 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
                 store, embedder.model_id, chunks_dir, upsert, UpsertCheckpoint(total=total),
                 lambda cp: None,
             )  # fmt: skip
-            await store.publish(VectorStore.collection_name(embedder.model_id), doc, version)
+            await store.publish(VectorIndex.collection_name(embedder.model_id), doc, version)
             publish(chunks_dir, doc, version)
             return total
 

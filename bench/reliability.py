@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import ROOT, bench_settings, env_for
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port
 from starter.documents import DocumentService
@@ -126,9 +127,9 @@ async def drive(run: Run, files: list[Path], expected: int, worker_kills: int) -
 
 async def count_points(settings: Settings, results: dict[str, int]) -> tuple[int, int]:
     """(documents whose point count equals their chunk count, total points)."""
-    store = VectorStore.open(settings)
+    store = open_index(settings)
     try:
-        collection = VectorStore.collection_name("openai:fake-embed")
+        collection = VectorIndex.collection_name("openai:fake-embed")
         exact, total = 0, 0
         for document_id, chunks in results.items():
             n = await store.count(collection, document_id)

@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from knowledgeops.index.vector_index import StoredPoint
 from knowledgeops.settings import Settings
 from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
 from knowledgeops.stores.file_store import write_atomically
-from knowledgeops.stores.vector_store import StoredPoint
 
 FORMAT_VERSION = 1
 DATABASE_DIR = "database"

@@ -1,28 +1,30 @@
 """The process-wide resources activities and the API share, opened once and closed once.
 
-Embedded Qdrant admits one process per folder, and the local embedding model is a ~120 MB
+The embedded index admits one process per folder, and the local embedding model is a ~120 MB
 child process: a process opens them here, once, and hands them to whatever needs them.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from knowledgeops.chat import ChatModel, make_chat_model
+from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder, OnWait, make_embedder
+from knowledgeops.index.live import LiveIndex, live_index, nearest
+from knowledgeops.index.opening import open_index_migrating
+from knowledgeops.index.vector_index import Hit, Scope, VectorIndex
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_index import LiveIndex, live_index, nearest
-from knowledgeops.stores.vector_store import Hit, VectorStore
 
 
 @dataclass
 class Resources:
     settings: Settings
     db: Database
-    store: VectorStore
+    store: VectorIndex
     embedder: Embedder
     # None: no CHAT_MODEL / VISION_MODEL configured (the AI types use their local methods).
     chat: ChatModel | None = None
@@ -40,20 +42,20 @@ class Resources:
         self,
         query: str,
         k: int,
-        document_id: str | None = None,
+        scope: Scope | None = None,
         *,
-        document_ids: Sequence[str] | None = None,
+        mode: SearchMode = SearchMode.HYBRID,
         on_wait: OnWait = None,
     ) -> list[Hit]:
-        """The k chunks of the live index nearest to `query`, embedded with its model."""
+        """The k best chunks of the live index for `query` (embedded with its model)."""
         return await nearest(
             self.store,
             self.embedder_for,
             self.embedder.model_id,
             query,
             k,
-            document_id,
-            document_ids=document_ids,
+            scope,
+            mode=mode,
             on_wait=on_wait,
         )
 
@@ -83,11 +85,12 @@ class Resources:
 
 @contextlib.asynccontextmanager
 async def open_resources(settings: Settings, *, warm_up: bool = True) -> AsyncIterator[Resources]:
-    """Database (migrated), vector index, embedder and chat models; closed in reverse on exit."""
+    """Database (migrated), vector index (an earlier version's moved in), embedder and chat
+    models; closed in reverse on exit."""
     async with contextlib.AsyncExitStack() as stack:
         db = await Database.open(settings)
         stack.push_async_callback(db.close)
-        store = VectorStore.open(settings)
+        store = await open_index_migrating(settings, db)
         stack.callback(store.close)
         embedder = make_embedder(settings)
         stack.push_async_callback(embedder.aclose)

@@ -26,12 +26,15 @@ from knowledgeops.backup_archive import (
     resolve_archive,
     verify,
 )
+from knowledgeops.index.engine import IndexLockedError, Kind
+from knowledgeops.index.legacy import sync_document_fields
+from knowledgeops.index.live import index_of, remove_alias, switch_live
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.vector_index import VectorIndex, kind_of
 from knowledgeops.settings import Settings
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import pool_dir
 from knowledgeops.stores.database import Database, migrate_to_head
-from knowledgeops.stores.live_index import index_of, remove_alias, switch_live
-from knowledgeops.stores.vector_store import QdrantLockedError, VectorStore
 
 _TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
 
@@ -51,7 +54,7 @@ class RestoreReport(BaseModel):
     files_bytes: int
 
 
-async def existing_data(settings: Settings, db: Database, store: VectorStore) -> list[str]:
+async def existing_data(settings: Settings, db: Database, store: VectorIndex) -> list[str]:
     """What the target already holds (empty: safe to restore into)."""
     found = []
     async with db.sessions() as s:
@@ -73,12 +76,12 @@ async def existing_data(settings: Settings, db: Database, store: VectorStore) ->
     return found
 
 
-def _open_index(settings: Settings) -> VectorStore:
+def _open_index(settings: Settings) -> VectorIndex:
     try:
-        return VectorStore.open(settings)
-    except QdrantLockedError:
+        return open_index(settings)
+    except IndexLockedError:
         raise RestoreRefusedError(
-            f"The embedded index at {settings.qdrant_path} is held by another process (a "
+            f"The embedded index at {settings.index_path} is held by another process (a "
             "worker or `knowledgeops dev`): stop it, then run the restore again. Nothing was "
             "restored."
         ) from None
@@ -119,7 +122,7 @@ async def _restore(
     settings: Settings,
     archive: Path,
     manifest: Manifest,
-    store: VectorStore,
+    store: VectorIndex,
     force: bool,
     say: Callable[[str], None],
 ) -> RestoreReport:
@@ -181,6 +184,11 @@ async def _restore(
     stored, chunks, size = await asyncio.to_thread(_restore_files, settings, archive)
     db = await Database.open(settings)
     try:
+        # An archive of an earlier version has points without owner and tags: they come from
+        # the restored catalogue (a no-op rewrite for points that have them).
+        for collection in manifest.index:
+            if kind_of(collection.name) == Kind.CHUNKS:
+                await sync_document_fields(store, collection.name, db)
         async with db.sessions() as s:
             documents = int((await s.execute(text("SELECT COUNT(*) FROM documents"))).scalar_one())
     finally:

@@ -49,8 +49,18 @@ class Settings(BaseSettings):
     # under); a longer document goes map-reduce over chunk groups of this size.
     chat_input_tokens: int = Field(default=12_000, ge=256, le=1_000_000, alias="CHAT_INPUT_TOKENS")
 
+    # Empty: the embedded engine (Qdrant Edge) under the data directory, owned by one process.
     qdrant_url: str = Field(default="", alias="QDRANT_URL")
     qdrant_api_key: str = Field(default="", alias="QDRANT_API_KEY")
+    # The embedded engine builds HNSW in the background (a child process) once this many points
+    # are unindexed, or INDEX_IDLE_SECONDS after the last write for at least 1,000; search
+    # answers meanwhile, scanning the unindexed points exactly.
+    index_build_points: int = Field(default=10_000, ge=1_000, alias="INDEX_BUILD_POINTS")
+    index_idle_seconds: float = Field(default=30.0, gt=0, alias="INDEX_IDLE_SECONDS")
+    # Hybrid search: how the dense and the keyword ranking are fused (docs/benchmarks.md,
+    # "Search quality", measured the defaults).
+    search_fusion: Literal["convex", "rrf"] = Field(default="convex", alias="SEARCH_FUSION")
+    search_keyword_weight: float = Field(default=0.7, ge=0.0, le=1.0, alias="SEARCH_KEYWORD_WEIGHT")
 
     chunk_tokens: int = Field(default=512, ge=16, le=8000, alias="CHUNK_TOKENS")
     chunk_overlap: int = Field(default=64, ge=0, alias="CHUNK_OVERLAP")
@@ -212,7 +222,12 @@ class Settings(BaseSettings):
         return self.data_dir / "ocr"
 
     @property
-    def qdrant_path(self) -> Path:
+    def index_path(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def legacy_index_path(self) -> Path:
+        """Where earlier versions kept the embedded index (qdrant-client's local mode)."""
         return self.data_dir / "qdrant"
 
     @property

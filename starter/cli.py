@@ -115,10 +115,16 @@ def _parser() -> argparse.ArgumentParser:
     cd.add_argument("--offset", type=int, default=0)
     cd.add_argument("--json", action="store_true")
 
-    q = sub.add_parser("search", help="semantic search over imported documents")
+    q = sub.add_parser("search", help="search imported documents (hybrid, dense or keyword)")
     q.add_argument("query")
     q.add_argument("-k", type=int, default=5)
     q.add_argument("--document-id")
+    q.add_argument(
+        "--mode",
+        choices=["hybrid", "dense", "keyword"],
+        default="hybrid",
+        help="hybrid (default): meaning and exact words; dense: meaning; keyword: BM25",
+    )
     q.add_argument("--json", action="store_true")
     return p
 

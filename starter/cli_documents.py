@@ -36,9 +36,9 @@ async def command(args: argparse.Namespace, settings: Settings) -> int:
 
 @asynccontextmanager
 async def _document_service(settings: Settings, *, with_index: bool) -> AsyncIterator[Any]:
-    from knowledgeops.stores.vector_store import VectorStore
+    from knowledgeops.index.opening import open_index
 
-    store = VectorStore.open(settings) if with_index else None
+    store = open_index(settings, build=False) if with_index else None
     try:
         async with task_service(settings) as service:
             yield DocumentService(service, service.db, settings, store)
@@ -146,7 +146,13 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _search(args: argparse.Namespace, settings: Settings) -> int:
     raw = await _via_api(
-        settings, "GET", "/v1/search", q=args.query, k=args.k, document_id=args.document_id
+        settings,
+        "GET",
+        "/v1/search",
+        q=args.query,
+        k=args.k,
+        document_id=args.document_id,
+        mode=args.mode,
     )
     if raw is _NOBODY:
         raw = await _search_here(args, settings)
@@ -166,9 +172,12 @@ async def _search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _search_here(args: argparse.Namespace, settings: Settings) -> list[Any]:
+    from knowledgeops.contracts.search import SearchMode
     from knowledgeops.resources import open_resources
     from starter.search import search
 
     async with open_resources(settings, warm_up=False) as r:
-        found = await search(r.store, r, args.query, args.k, args.document_id, r.db)
+        found = await search(
+            r.store, r, args.query, args.k, args.document_id, r.db, mode=SearchMode(args.mode)
+        )
         return [h.model_dump() for h in found]

@@ -21,6 +21,8 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.embedding import model_id_for
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
+from knowledgeops.index.live import delete_document_everywhere, live_index
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
@@ -28,8 +30,6 @@ from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.chunk_store import delete_chunks
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_index import delete_document_everywhere, live_index
-from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.service import TaskNotFoundError, TaskQueueService, TaskStatus
@@ -119,7 +119,7 @@ class DocumentService:
         tasks: TaskQueueService,
         db: Database,
         settings: Settings,
-        store: VectorStore | None = None,
+        store: VectorIndex | None = None,
     ) -> None:
         self.tasks = tasks
         self.catalogue = DocumentCatalogue(db)

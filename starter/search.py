@@ -1,17 +1,19 @@
-"""Semantic search over imported documents (the query path)."""
+"""Search over imported documents (the query path): hybrid, dense or keyword."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder
+from knowledgeops.index.live import nearest
+from knowledgeops.index.vector_index import Scope, VectorIndex
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_index import nearest
-from knowledgeops.stores.vector_store import VectorStore
 
 
 class SearchHit(BaseModel):
@@ -36,41 +38,54 @@ class EmbedderSource(Protocol):
     def embedder_for(self, model: str | None) -> Embedder: ...
 
 
+# Control characters other than tab and newlines are no part of a question; refusing them keeps
+# a pasted binary blob from becoming a "query".
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+MAX_QUERY_CHARACTERS = 2000
+
+
+def check_query(query: str) -> str:
+    """The query to search for, or ValueError saying what is wrong with it."""
+    if not query.strip():
+        raise ValueError("The search query is empty")
+    if len(query) > MAX_QUERY_CHARACTERS:
+        raise ValueError(
+            f"The search query has {len(query)} characters; the limit is {MAX_QUERY_CHARACTERS}"
+        )
+    if _CONTROL.search(query):
+        raise ValueError("The search query contains control characters; send plain text")
+    return query.strip()
+
+
 async def search(
-    store: VectorStore,
+    store: VectorIndex,
     embedder: Embedder | EmbedderSource,
     query: str,
     k: int = 5,
     document_id: str | None = None,
     db: Database | None = None,
     *,
+    mode: SearchMode = SearchMode.HYBRID,
     owner: str | None = None,
     tags: Sequence[str] = (),
     document_ids: Sequence[str] = (),
 ) -> list[SearchHit]:
-    """Nearest chunks, among the documents of `owner` with all of `tags` and (when given)
-    among `document_ids`; titles and file names come from the document catalogue."""
-    if not query.strip():
-        raise ValueError("The search query is empty")
-    among: list[str] | None = list(document_ids) if document_ids else None
-    if owner or tags:
-        if db is None:
-            raise ValueError("Searching by owner or tags needs the document catalogue")
-        # The allowed documents go into the vector query itself, so a scoped search still
-        # returns k hits (dropping other documents' hits afterwards would return fewer).
-        among = await DocumentCatalogue(db).matching_ids(
-            owner=owner, tags=tags, document_ids=document_ids
-        )
-    if among is not None and not among:
-        return []
+    """The k best chunks, among the documents of `owner` with all of `tags` and (when given)
+    among `document_ids`, all conditions of the engine's query (points carry owner and tags),
+    so a scoped search still returns k hits. Titles and file names come from the catalogue."""
+    query = check_query(query)
+    scope = Scope(
+        document_id=document_id,
+        document_ids=list(document_ids) if document_ids else None,
+        owner=owner,
+        tags=tuple(tags),
+    )
     embedder_for: Callable[[str], Embedder]
     if isinstance(embedder, EmbedderSource):
         embedder_for, default_model = embedder.embedder_for, embedder.embedder.model_id
     else:
         embedder_for, default_model = _only(embedder), embedder.model_id
-    hits = await nearest(
-        store, embedder_for, default_model, query, k, document_id, document_ids=among
-    )
+    hits = await nearest(store, embedder_for, default_model, query, k, scope, mode=mode)
     docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
     out = []
     for h in hits:

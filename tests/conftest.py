@@ -22,10 +22,11 @@ from temporalio.client import Client
 
 from knowledgeops.chat import make_chat_model
 from knowledgeops.embedding import Embedder, make_embedder
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 from starter.documents import DocumentService
@@ -132,17 +133,17 @@ class Env:
     service: TaskQueueService
     documents: DocumentService
     embedder: Embedder
-    _store: VectorStore | None
+    _store: VectorIndex | None
     db: Database
 
     @property
-    def store(self) -> VectorStore:
+    def store(self) -> VectorIndex:
         assert self._store is not None, "this Env does not open the index (worker=False)"
         return self._store
 
     async def points(self, document_id: str | None = None, *, staged: bool = False) -> int:
         """Searchable points (of a document); with `staged`, an import's unpublished ones too."""
-        collection = VectorStore.collection_name(self.embedder.model_id)
+        collection = VectorIndex.collection_name(self.embedder.model_id)
         return await self.store.count(collection, document_id, staged=staged)
 
 
@@ -153,7 +154,7 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
     Without a worker the index is left closed: embedded Qdrant admits one process, and a
     worker subprocess may own it."""
     client = await connect(settings)
-    store = VectorStore.open(settings) if worker else None
+    store = open_index(settings) if worker else None
     embedder = make_embedder(settings)
     db = await Database.open(settings)
     service = TaskQueueService(client, settings, db)

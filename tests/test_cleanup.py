@@ -24,12 +24,13 @@ from knowledgeops.contracts.cleanup import (
     RemoveCheckpoint,
     RemoveOrphansRequest,
 )
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores import backups, file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.events import EventRow
-from knowledgeops.stores.vector_store import VectorStore
 from knowledgeops.task_types import TaskQueue, TaskType
 from starter.search import search
 from starter.service import PayloadInvalidError, TaskStatus
@@ -52,10 +53,10 @@ def file_id_of(path: Path) -> str:
 
 
 @asynccontextmanager
-async def maintenance_worker(env: Env) -> AsyncIterator[VectorStore]:
+async def maintenance_worker(env: Env) -> AsyncIterator[VectorIndex]:
     """A worker for the maintenance queue only, so queued imports stay queued."""
     s = env.settings
-    store = VectorStore.open(s)
+    store = open_index(s)
     workers = [
         w
         for w in build_workers(env.client, Resources(s, env.db, store, env.embedder))
@@ -162,7 +163,7 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
             await env.service.enqueue(TaskType.CLEANUP_EXECUTE, {"kinds": ["everything"]})
 
         async with maintenance_worker(env) as store:
-            collection = VectorStore.collection_name(env.embedder.model_id)
+            collection = VectorIndex.collection_name(env.embedder.model_id)
             past = backups.past_retention(s)
             assert past == archives[:2]
             expected = {

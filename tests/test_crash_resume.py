@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 from knowledgeops.contracts.events import EventType
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.vector_store import VectorStore
 from tests.conftest import openai_settings, running_env, start_worker_process, stop_process
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
@@ -60,9 +61,9 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
 
     total = st.result["total_chunks"]  # type: ignore[index]
     assert total >= 1000
-    store = VectorStore.open(cfg)
+    store = open_index(cfg)
     try:
-        collection = VectorStore.collection_name(f"openai:{cfg.embedding_model}")
+        collection = VectorIndex.collection_name(f"openai:{cfg.embedding_model}")
         points = await store.count(collection, ref.document_id)
     finally:
         store.close()

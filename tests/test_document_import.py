@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from knowledgeops.contracts.search import SearchMode
 from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import ChunkReader
@@ -57,8 +58,8 @@ async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) 
         assert await env.points(ref.document_id) == st.result["total_chunks"] > 0
     docs = {p.name: r.document_id for p, r in zip(sorted(EXAMPLES.iterdir()), refs, strict=True)}
 
-    async def top(q: str) -> object:
-        return (await search(env.store, env.embedder, q, k=3))[0]
+    async def top(q: str, mode: SearchMode = SearchMode.HYBRID) -> object:
+        return (await search(env.store, env.embedder, q, k=3, mode=mode))[0]
 
     hit = await top("Where is water split and oxygen released during photosynthesis?")
     assert hit.document_id == docs["photosynthesis.html"]  # type: ignore[attr-defined]
@@ -68,9 +69,13 @@ async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) 
     hit = await top("如何避免重复导入时产生重复数据？")
     assert hit.document_id == docs["向量检索.md"]  # type: ignore[attr-defined]
     assert "重复" in hit.text  # type: ignore[attr-defined]
-    # Cross-language: an English question finds the Chinese section.
-    hit = await top("Why split long documents into chunks before embedding?")
+    # Cross-language: an English question finds the Chinese section by meaning (the dense
+    # ranking's part; the keyword one matches English words in English documents).
+    question = "Why split long documents into chunks before embedding?"
+    hit = await top(question, SearchMode.DENSE)
     assert hit.document_id == docs["向量检索.md"]  # type: ignore[attr-defined]
+    hits = await search(env.store, env.embedder, question, k=5)
+    assert docs["向量检索.md"] in {h.document_id for h in hits}
     hit = await top("What can a heartbeat carry so the next attempt resumes?")
     assert hit.document_id == docs["temporal-retries.md"]  # type: ignore[attr-defined]
     assert hit.heading.endswith("Heartbeats")  # type: ignore[attr-defined]
@@ -351,8 +356,8 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
 ) -> None:
     """The same bytes are one stored file. An import no worker has begun has no catalogue row
     yet; deleting another document with that file must still leave the file to it."""
+    from knowledgeops.index.opening import open_index
     from knowledgeops.stores.database import Database
-    from knowledgeops.stores.vector_store import VectorStore
     from knowledgeops.temporal import connect
     from starter.documents import DocumentService
     from starter.service import TaskQueueService
@@ -365,7 +370,7 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
     # No worker now: the second import stays queued, with no catalogue row.
     client, db, store = await connect(settings), await Database.open(settings), None
     try:
-        store = VectorStore.open(settings)
+        store = open_index(settings)
         service = TaskQueueService(client, settings, db)
         documents = DocumentService(service, db, settings, store)
         queued = await documents.import_file(shared, document_id="second")

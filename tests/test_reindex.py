@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from knowledgeops.contracts.indexing import ReindexOptions
+from knowledgeops.index.live import index_collections, live_index
+from knowledgeops.index.opening import open_index
 from knowledgeops.settings import Settings
-from knowledgeops.stores.live_index import index_collections, live_index
-from knowledgeops.stores.vector_store import VectorStore
 from starter.reindex import start_reindex
 from tests.conftest import (
     Api,
@@ -258,7 +258,7 @@ async def test_reindex_survives_a_worker_sigkill(settings: Settings, tmp_path: P
             st = await env.service.wait(ref.task_id, timeout=WAIT)
             assert st.status == "completed", st.last_error
         assert stop_process(second) == 0
-        store = VectorStore.open(cfg)
+        store = open_index(cfg)
         try:
             live = await live_index(store, "openai:fake-embed")
             assert (live.model, live.collection) == ("openai:fake-embed-2", st.result["collection"])

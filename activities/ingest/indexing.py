@@ -4,16 +4,17 @@ Embed: each batch's texts are looked up in the embedding cache by content hash; 
 missing ones (each distinct text once) are sent to the model, and their vectors are written to
 the cache before the checkpoint moves on, so a crash pays at most for the batch in flight.
 Upsert: each batch's vectors are read back from the cache and written as index points with
-deterministic ids. Used by DOCUMENT_IMPORT, EMBEDDING_GENERATE, INDEXING_UPSERT and the
-in-process benchmark path. Points carry only what search needs per chunk; document metadata
-(title, tags, owner) lives in the document catalogue, so a metadata change never rewrites
-points and points stay small (the embedded index keeps every point in the worker's memory).
+deterministic ids and a BM25 vector made from the chunk's text. Used by DOCUMENT_IMPORT,
+EMBEDDING_GENERATE, INDEXING_UPSERT and the in-process benchmark path. Points carry what search
+needs per chunk plus the document's owner and tags (what a scoped search filters by, inside the
+engine); the rest of the document's metadata (title, file name) stays in the catalogue.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from knowledgeops.contracts.document_import import (
@@ -25,9 +26,17 @@ from knowledgeops.contracts.document_import import (
     UpsertResult,
 )
 from knowledgeops.embedding import Embedder, OnWait
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.embedding_cache import EmbeddingCache
-from knowledgeops.stores.vector_store import VectorStore
+
+
+@dataclass(frozen=True)
+class DocumentFields:
+    """What every point of a document carries from its catalogue row."""
+
+    owner: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 class VectorsMissingError(LookupError):
@@ -40,7 +49,7 @@ def _range(reader: ChunkReader, start: int, end: int | None) -> tuple[int, int]:
 
 
 async def embed_chunks(
-    store: VectorStore,
+    store: VectorIndex,
     embedder: Embedder,
     chunks_dir: Path,
     req: EmbedRequest,
@@ -79,7 +88,8 @@ async def embed_chunks(
         batch = next(batches, [])
         found = await cached(batch) if batch else set()
         while batch:
-            texts = {c.content_hash: c.text for c in batch}
+            # What is embedded is the chunk under its heading context: the hash is of exactly it.
+            texts = {c.content_hash: c.index_text for c in batch}
             missing = [h for h in texts if h not in found and h not in embedded_here]
             # A text repeated within the batch is billed once; its other chunks count as reused.
             cp = EmbedCheckpoint(
@@ -113,15 +123,16 @@ async def embed_chunks(
 
 
 async def upsert_chunks(
-    store: VectorStore,
+    store: VectorIndex,
     model_id: str,
     chunks_dir: Path,
     req: UpsertRequest,
     checkpoint: UpsertCheckpoint,
     on_batch: Callable[[UpsertCheckpoint], None],
+    fields: DocumentFields = DocumentFields(),
 ) -> UpsertResult:
     reader = ChunkReader(chunks_dir, req.document_id, req.version)
-    collection = req.collection or VectorStore.collection_name(model_id)
+    collection = req.collection or VectorIndex.collection_name(model_id)
     cache = EmbeddingCache(store, model_id)
     cp = checkpoint
     for batch in reader.iter_batches(cp.done, req.batch_size):
@@ -139,6 +150,8 @@ async def upsert_chunks(
             [vectors[c.content_hash] for c in batch],
             version=reader.version,
             staged=req.staged,
+            owner=fields.owner,
+            tags=fields.tags,
         )
         cp = UpsertCheckpoint(done=batch[-1].index + 1, total=reader.count)
         on_batch(cp)

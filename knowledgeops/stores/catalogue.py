@@ -136,6 +136,19 @@ class DocumentCatalogue:
             rows = (await s.execute(q)).all()
         return [doc for doc, have in rows if wanted <= set(have or [])]
 
+    async def fields_after(
+        self, after: str = "", limit: int = 500
+    ) -> list[tuple[str, str | None, list[str]]]:
+        """(document id, owner, tags) in id order after `after`: what index points carry."""
+        q = (
+            select(DocumentRow.document_id, DocumentRow.owner, DocumentRow.tags)
+            .where(DocumentRow.document_id > after)
+            .order_by(DocumentRow.document_id)
+            .limit(limit)
+        )
+        async with self.db.sessions() as s:
+            return [(d, o, list(t or [])) for d, o, t in (await s.execute(q)).all()]
+
     async def indexed_ids(self, after: str = "", limit: int = 500) -> tuple[list[str], int]:
         """Ids of documents with a published version (indexed chunks), in id order after
         `after`, and how many such documents there are in all."""

@@ -19,6 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def index_text(text: str, context: str | None) -> str:
+    """What search indexes for a chunk (embedding and keywords): its text under its heading
+    context, when the text does not already begin with it."""
+    return f"{context}\n\n{text}" if context else text
+
+
 @dataclass(frozen=True)
 class Chunk:
     index: int
@@ -26,6 +32,13 @@ class Chunk:
     content_hash: str
     page: int | None = None
     heading: str | None = None
+    # The heading path indexed with the text (None: the text already begins with it, or a
+    # chunk file of an earlier version, indexed by its text alone).
+    context: str | None = None
+
+    @property
+    def index_text(self) -> str:
+        return index_text(self.text, self.context)
 
 
 # Separates a document id from a version in file names; never part of a document id.
@@ -208,7 +221,14 @@ class ChunkReader:
 
 def _decode(line: bytes) -> Chunk:
     r = json.loads(line)
-    return Chunk(index=r["i"], text=r["t"], content_hash=r["h"], page=r["p"], heading=r["s"])
+    return Chunk(
+        index=r["i"],
+        text=r["t"],
+        content_hash=r["h"],
+        page=r["p"],
+        heading=r["s"],
+        context=r.get("c"),
+    )
 
 
 def remove_unfinished(

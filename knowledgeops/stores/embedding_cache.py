@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 
 from knowledgeops.embedding import slug
-from knowledgeops.stores.vector_store import VectorStore
+from knowledgeops.index.vector_index import VectorIndex
 
 _CACHE_NAMESPACE = uuid.UUID("0c8f3f0e-4f7e-4a8e-8f4c-1d9b2a6c5e77")
 CACHE_PREFIX = "embeddings_"
@@ -31,7 +31,7 @@ def _id(content_hash: str) -> str:
 
 
 class EmbeddingCache:
-    def __init__(self, store: VectorStore, model_id: str) -> None:
+    def __init__(self, store: VectorIndex, model_id: str) -> None:
         self._store = store
         self.collection = cache_collection(model_id)
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from pydantic import BaseModel, Field
 
 from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
-from knowledgeops.stores.live_index import index_collections
+from knowledgeops.index.live import index_collections
 from knowledgeops.task_types import TaskType
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError

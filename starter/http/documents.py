@@ -9,13 +9,15 @@ from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import BaseModel, ValidationError
 
 from knowledgeops.contracts.document_import import DOCUMENT_ID_PATTERN, DocumentMetadata
+from knowledgeops.contracts.search import SearchMode
 from knowledgeops.errors import DocumentError, validation_text
+from knowledgeops.index.engine import IndexOutdatedError
 from knowledgeops.stores import file_store
 from starter.documents import Deleted, DocumentDetail, DocumentPage
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
-from starter.search import SearchHit, search
+from starter.search import MAX_QUERY_CHARACTERS, SearchHit, search
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 COPY_BLOCK = 1024 * 1024
@@ -173,11 +175,13 @@ async def search_documents(
     rt: RuntimeDep,
     who: CallerDep,
     scope: ScopeDep,
-    q: Annotated[str, Query(min_length=1, max_length=2000)],
+    q: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARACTERS)],
     k: Annotated[int, Query(ge=1, le=100)] = 5,
+    mode: SearchMode = SearchMode.HYBRID,
 ) -> list[SearchHit]:
-    """The k nearest chunks among the documents the filters select (applied inside the
-    vector query, so a filtered search still returns k hits when there are k)."""
+    """The k best chunks among the documents the filters select (conditions of the engine's
+    query, so a filtered search still returns k hits when there are k). `mode`: `hybrid`
+    (default: meaning and exact words fused), `dense` (meaning) or `keyword` (BM25)."""
     if not scope.for_caller(who):
         return []
     try:
@@ -187,9 +191,12 @@ async def search_documents(
             q,
             k,
             db=rt.db,
+            mode=mode,
             owner=scope.owner,
             tags=scope.tags,
             document_ids=scope.document_ids,
         )
+    except IndexOutdatedError as e:
+        raise ApiError(409, "index_outdated", str(e)) from None
     except ValueError as e:
         raise ApiError(400, "bad_query", str(e)) from None

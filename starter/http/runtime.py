@@ -10,10 +10,10 @@ from fastapi import Depends, Request
 from temporalio.client import Client
 
 from knowledgeops.embedding import Embedder
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.vector_store import VectorStore
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
 
@@ -25,7 +25,7 @@ class Runtime:
     service: TaskQueueService
     documents: DocumentService
     db: Database
-    store: VectorStore
+    store: VectorIndex
     embedder: Embedder
     # Embedders by model (search embeds with the live index's model).
     resources: Resources
