@@ -20,6 +20,7 @@ import httpx
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.settings import Settings
 from starter.cli import actor, follow_and_report, print_status, task_service
+from starter.document_chunks import ChunkPage, check_page
 from starter.documents import Deleted, DocumentDetail, DocumentService
 from starter.search import SearchHit
 
@@ -118,8 +119,16 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
                 detail = await documents.get(args.document_id)
         else:
             detail = DocumentDetail.model_validate(raw)
+        page, problem = await _chunk_page(args, settings) if args.chunks else (None, None)
         if args.json:
-            print(detail.model_dump_json(indent=2))
+            if problem is not None:
+                print(f"error: {problem}", file=sys.stderr)
+                return 1
+            if page is None:
+                print(detail.model_dump_json(indent=2))
+            else:  # both, one JSON document
+                both = {"document": detail.model_dump(mode="json"), "chunks": page.model_dump()}
+                print(json.dumps(both, ensure_ascii=False, indent=2))
             return 0
         print(f"document: {detail.document_id}  {detail.title or detail.filename}")
         print(
@@ -128,6 +137,11 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
         )
         if detail.task is not None:
             print_status(detail.task)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 1
+        if page is not None:
+            _print_chunks(page)
         return 0
     reason = args.reason
     # Through the API the audit names the API token's caller (API_TOKEN), not this user.
@@ -142,6 +156,36 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
         + (", its import was cancelled" if deleted.import_cancelled else "")
     )
     return 0
+
+
+async def _chunk_page(
+    args: argparse.Namespace, settings: Settings
+) -> tuple[ChunkPage | None, str | None]:
+    """The page of chunks `show --chunks` asks for, or why there is none (the detail is
+    printed either way: it says what the import is doing)."""
+    path = f"/v1/documents/{args.document_id}/chunks"
+    try:
+        check_page(args.offset, args.limit)
+        raw = await _via_api(settings, "GET", path, offset=args.offset, limit=args.limit)
+        if raw is not _NOBODY:
+            return ChunkPage.model_validate(raw), None
+        # Chunks are files, not the index: no need to open it here.
+        async with _document_service(settings, with_index=False) as documents:
+            page = await documents.chunks(args.document_id, offset=args.offset, limit=args.limit)
+        return page, None
+    except (LookupError, ValueError, RuntimeError) as e:
+        return None, str(e)
+
+
+def _print_chunks(page: ChunkPage) -> None:
+    first, last = page.offset, page.offset + len(page.chunks) - 1
+    shown = f"{first}-{last}" if page.chunks else f"none at offset {page.offset}"
+    print(f"chunks:   {shown} of {page.total} (version {page.version or '-'})")
+    for c in page.chunks:
+        where = [f"page {c.page}" if c.page is not None else "", c.heading or ""]
+        print(f"\n[{c.index}] {' | '.join(w for w in where if w)}".rstrip())
+        for line in c.text.splitlines() or [""]:
+            print(f"    {line}")
 
 
 async def _search(args: argparse.Namespace, settings: Settings) -> int:

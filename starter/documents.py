@@ -31,7 +31,9 @@ from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.chunk_store import delete_chunks
 from knowledgeops.stores.database import Database
 from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
+from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
+from starter.document_chunks import ChunkPage
 from starter.service import TaskNotFoundError, TaskQueueService, TaskStatus
 
 # How long a delete waits for the document's import to stop (cancel + index clean-up).
@@ -288,6 +290,26 @@ class DocumentService:
         return DocumentDetail(
             **_document(row).model_dump(), task=task, points_in_index=await self._points(row)
         )
+
+    async def chunks(
+        self, document_id: str, *, offset: int, limit: int, visible_to: str | None = None
+    ) -> ChunkPage:
+        """A page of the live version's chunks; who may read them is decided as in `get`."""
+        document_chunks.check_page(offset, limit)
+        row = await self.catalogue.get(document_id)
+        if row is None or (visible_to is not None and row.owner != visible_to):
+            # Not found, or known only from its queued import: `get` tells which.
+            queued = await self.get(document_id, visible_to=visible_to)
+            raise document_chunks.not_published(document_id, queued.status, queued.last_task_id)
+        try:
+            return await asyncio.to_thread(
+                document_chunks.read_page, self.settings.chunks_dir, document_id, offset, limit
+            )
+        except FileNotFoundError:
+            # Listed, but no version was ever published (the only import running or ended).
+            raise document_chunks.not_published(
+                document_id, row.status, row.last_task_id, row.error
+            ) from None
 
     async def _points(self, row: DocumentRow) -> int:
         if self.store is None:

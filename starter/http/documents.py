@@ -13,6 +13,7 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.errors import DocumentError, validation_text
 from knowledgeops.index.engine import IndexOutdatedError
 from knowledgeops.stores import file_store
+from starter.document_chunks import MAX_CHUNK_PAGE, ChunkPage
 from starter.documents import Deleted, DocumentDetail, DocumentPage
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
@@ -156,6 +157,20 @@ async def list_documents(
 @router.get("/documents/{document_id}", response_model=DocumentDetail)
 async def get_document(rt: RuntimeDep, who: CallerDep, document_id: str) -> DocumentDetail:
     return await rt.documents.get(document_id, visible_to=who.owner)
+
+
+@router.get("/documents/{document_id}/chunks", response_model=ChunkPage)
+async def get_document_chunks(
+    rt: RuntimeDep,
+    who: CallerDep,
+    document_id: str,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_CHUNK_PAGE)] = 50,
+) -> ChunkPage:
+    """What was indexed: the live (searchable) version's chunks in order, `total` of them.
+    A known document with no published version yet (its first import queued, running,
+    failed or cancelled) is `409 chunks_not_published`, saying why."""
+    return await rt.documents.chunks(document_id, offset=offset, limit=limit, visible_to=who.owner)
 
 
 @router.delete("/documents/{document_id}", response_model=Deleted)

@@ -15,6 +15,7 @@ from knowledgeops.errors import validation_text
 from knowledgeops.task_types import TaskNotImplementedError
 from knowledgeops.temporal import is_unreachable
 from starter.admission import BacklogFullError
+from starter.document_chunks import ChunksNotPublishedError
 from starter.documents import (
     CancelPendingError,
     DocumentNotFoundError,
@@ -59,6 +60,7 @@ _MAPPED: list[tuple[type[Exception], int, str]] = [
     (TaskNotFoundError, 404, "not_found"),
     (DocumentNotFoundError, 404, "not_found"),
     (DocumentOwnedElsewhereError, 409, "document_id_taken"),
+    (ChunksNotPublishedError, 409, "chunks_not_published"),
     (TaskFinishedError, 409, "already_finished"),
     (TaskNotRetryableError, 409, "not_retryable"),
     (PayloadTooLargeError, 413, "payload_too_large"),
