@@ -49,6 +49,26 @@ class Settings(BaseSettings):
     # under); a longer document goes map-reduce over chunk groups of this size.
     chat_input_tokens: int = Field(default=12_000, ge=256, le=1_000_000, alias="CHAT_INPUT_TOKENS")
 
+    # Optional reranker: a cross-encoder behind an HTTP rerank endpoint (Cohere, Jina, Hugging
+    # Face Text Embeddings Inference, vLLM, Infinity...) re-scores search's best fused
+    # candidates. RERANK_URL is the full endpoint URL, e.g. http://host:8080/rerank (TEI) or
+    # https://api.cohere.com/v2/rerank; empty: no reranking. Cohere refuses unknown request
+    # fields and TEI requires `texts`, so no one body fits all: RERANK_API "auto" sends the
+    # Cohere/Jina body ({"documents"}) to a path ending in /v<N>/rerank and TEI's ({"texts"})
+    # to any other; "cohere" / "tei" say it for a server off those paths.
+    rerank_url: str = Field(default="", alias="RERANK_URL")
+    rerank_api: Literal["auto", "cohere", "tei"] = Field(default="auto", alias="RERANK_API")
+    # Sent as "model" in the Cohere/Jina body (required by Cohere v2); TEI serves one model.
+    rerank_model: str = Field(default="", alias="RERANK_MODEL")
+    rerank_api_key: str = Field(default="", alias="RERANK_API_KEY")  # Authorization: Bearer
+    # One attempt per search, no retries: a person is waiting, and search works without it.
+    rerank_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300, alias="RERANK_TIMEOUT_SECONDS"
+    )
+    # Fused candidates one search sends. 30 fits TEI's default --max-client-batch-size (32);
+    # at most 100: one Cohere search unit, and the wait grows with every candidate.
+    rerank_candidates: int = Field(default=30, ge=1, le=100, alias="RERANK_CANDIDATES")
+
     # Empty: the embedded engine (Qdrant Edge) under the data directory, owned by one process.
     qdrant_url: str = Field(default="", alias="QDRANT_URL")
     qdrant_api_key: str = Field(default="", alias="QDRANT_API_KEY")
@@ -174,6 +194,33 @@ class Settings(BaseSettings):
                     f"{url[:100]!r} is not an http(s) URL with a host (of at most 1000 "
                     "characters); give WEBHOOK_URLS as https://host/path,https://other/path"
                 )
+        return v
+
+    @field_validator("rerank_url")
+    @classmethod
+    def _rerank_url_is_http(cls, v: str) -> str:
+        if not v:
+            return v
+        try:
+            parts = urlsplit(v)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:
+            ok = False
+        if not ok or len(v) > 1000:
+            raise ValueError(
+                "not an http(s) URL with a host (of at most 1000 characters); give RERANK_URL "
+                "as the full endpoint, e.g. http://host:8080/rerank or "
+                "https://api.cohere.com/v2/rerank, or leave it empty for no reranking"
+            )
+        return v
+
+    @field_validator("rerank_api_key")
+    @classmethod
+    def _rerank_api_key_is_a_header(cls, v: str) -> str:
+        # It goes into an HTTP header: a stray space or line break (a pasted key) would only
+        # fail at the first search.
+        if any(not (c.isascii() and c.isprintable()) or c.isspace() for c in v):
+            raise ValueError("RERANK_API_KEY holds spaces, line breaks or non-ASCII characters")
         return v
 
     @field_validator("webhook_secret")
@@ -354,6 +401,7 @@ _SECRET_SETTINGS = frozenset(
         "WEBHOOK_URLS",
         "OPENAI_API_KEY",
         "QDRANT_API_KEY",
+        "RERANK_API_KEY",
         "DATABASE_URL",
     }
 )

@@ -126,6 +126,22 @@ def chat_settings(settings: Settings, fake: FakeOpenAI, **overrides: object) -> 
     )
 
 
+def rerank_settings(
+    settings: Settings, fake: FakeOpenAI, route: str = "/rerank", **overrides: object
+) -> Settings:
+    """Reranking on one of the fake server's rerank routes (`/rerank`: TEI, `/v1/rerank`,
+    `/v2/rerank`: Cohere/Jina)."""
+    return settings.model_copy(
+        update={
+            "rerank_url": fake.rerank_url(route),
+            "rerank_model": "fake-rerank",
+            "rerank_api_key": fake.api_key,
+            "rerank_timeout_seconds": 2.0,
+            **overrides,
+        }
+    )
+
+
 @dataclass
 class Env:
     client: Client

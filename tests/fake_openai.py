@@ -27,6 +27,25 @@ Records: `fake.chat_requests` (every request body, faulted ones included), `fake
 (their count), `fake.chat_answered` (bodies that got a 200 answer), `fake.chat_images` (the
 MIME type of every image part received, in order). Every answer carries usage: prompt tokens
 = words in the messages, completion tokens = words in the answer (or the `ChatAnswer`'s).
+
+Rerank (`/rerank`, `/v1/rerank`, `/v2/rerank`; its own faults and counters too). Each route
+takes both request bodies: Cohere/Jina `{"model", "query", "documents", "top_n"}` and TEI
+`{"query", "texts"}`. `/v1` and `/v2` answer like Cohere/Jina
+(`{"results": [{"index", "relevance_score"}], ...}`, best first, at most `top_n`), `/rerank`
+like TEI (`[{"index", "score"}]`, best first); `fake.rerank_shape = "cohere"` / `"tei"`
+answers every route that way (a vLLM or Infinity `/rerank`). `fake.rerank_url("/v2/rerank")`
+is a route's URL. A model, when sent, must be in `rerank_models` (else 404); `/v2` requires
+one (Cohere v2 does). The Bearer key is checked unless `rerank_auth = False` (a TEI without
+`--api-key`). Default score: the fraction of the query's distinct words found in the
+document (case-insensitive), so a test can predict the order:
+
+    fake.rerank_script = lambda query, documents: [...]   # one score per document
+
+A script may return a dict {index: score} instead, to answer for those documents only. A
+script that raises makes the server answer 500 (the test sees the error in `rerank_errors`).
+Faults: `fake.rerank_faults.append(Fault(503))`, `Fault(hang_seconds=5)`, like embeddings'.
+Records: `fake.rerank_requests` (every body, faulted ones included), `fake.rerank_calls`
+(their count), `fake.rerank_authorization` (each request's Authorization header or None).
 """
 
 from __future__ import annotations
@@ -36,6 +55,7 @@ import binascii
 import hashlib
 import json
 import random
+import re
 import struct
 import threading
 import time
@@ -76,6 +96,9 @@ class ChatAnswer:
 
 
 ChatScript = Callable[[dict[str, Any]], "ChatAnswer | str | dict[str, Any] | list[Any]"]
+# (query, documents) -> one score per document, or {index: score} for some of them.
+RerankScript = Callable[[str, list[str]], "list[float] | dict[int, float]"]
+RERANK_ROUTES = ("/rerank", "/v1/rerank", "/v2/rerank")
 
 
 @dataclass
@@ -105,6 +128,14 @@ class FakeOpenAI:
     chat_answered: list[dict[str, Any]] = field(default_factory=list)
     chat_images: list[str] = field(default_factory=list)
     chat_errors: list[str] = field(default_factory=list)
+    rerank_models: tuple[str, ...] = ("fake-rerank",)
+    rerank_auth: bool = True
+    rerank_shape: str | None = None  # "cohere" / "tei": every route answers that way
+    rerank_script: RerankScript | None = None
+    rerank_faults: deque[Fault] = field(default_factory=deque)
+    rerank_requests: list[dict[str, Any]] = field(default_factory=list)
+    rerank_authorization: list[str | None] = field(default_factory=list)
+    rerank_errors: list[str] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _random: random.Random | None = None
@@ -148,6 +179,16 @@ class FakeOpenAI:
         with self._lock:
             return len(self.chat_requests)
 
+    @property
+    def rerank_calls(self) -> int:
+        with self._lock:
+            return len(self.rerank_requests)
+
+    def rerank_url(self, route: str = "/rerank") -> str:
+        assert self._server is not None and route in RERANK_ROUTES
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}{route}"
+
     def start(self) -> FakeOpenAI:
         fake = self
 
@@ -155,7 +196,9 @@ class FakeOpenAI:
             def log_message(self, format: str, *args: Any) -> None:
                 return  # keep test output readable
 
-            def _send(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+            def _send(
+                self, status: int, body: dict[str, Any] | list[Any], headers: dict[str, str]
+            ) -> None:
                 data = json.dumps(body).encode()
                 try:
                     self.send_response(status)
@@ -174,6 +217,11 @@ class FakeOpenAI:
                 if self.path.rstrip("/").endswith("/chat/completions"):
                     status, answer, headers = fake._chat(body, self.headers.get("Authorization"))
                     return self._send(status, answer, headers)
+                if self.path.rstrip("/") in RERANK_ROUTES:
+                    status, reply, headers = fake._rerank(
+                        self.path.rstrip("/"), body, self.headers.get("Authorization")
+                    )
+                    return self._send(status, reply, headers)
                 with fake._lock:
                     fake.requests += 1
                     fake.request_times.append(time.monotonic())
@@ -268,11 +316,78 @@ class FakeOpenAI:
             self.chat_answered.append(body)
         return 200, _completion(body, answer, n), {}
 
+    def _rerank(
+        self, route: str, body: Any, authorization: str | None
+    ) -> tuple[int, dict[str, Any] | list[Any], dict[str, str]]:
+        tei = (self.rerank_shape or ("tei" if route == "/rerank" else "cohere")) == "tei"
+
+        def error(status: int, message: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+            # TEI's error body, or Cohere's.
+            return (
+                status,
+                ({"error": message, "error_type": "fake"} if tei else {"message": message}),
+                {},
+            )
+
+        with self._lock:
+            self.rerank_requests.append(body if isinstance(body, dict) else {"body": body})
+            self.rerank_authorization.append(authorization)
+            fault = self.rerank_faults.popleft() if self.rerank_faults else None
+        if self.rerank_auth and authorization != f"Bearer {self.api_key}":
+            return error(401, "invalid api token")
+        if not isinstance(body, dict):
+            return error(422, "the body is not a JSON object")
+        model = body.get("model")
+        if route == "/v2/rerank" and not model:
+            return error(400, "model is required")
+        if model is not None and model not in self.rerank_models:
+            return error(404, f"model '{model}' not found")
+        documents = body.get("documents", body.get("texts"))
+        query = body.get("query")
+        if (
+            not isinstance(query, str)
+            or not isinstance(documents, list)
+            or not documents
+            or not all(isinstance(d, str) for d in documents)
+        ):
+            return error(422, "query must be a string, documents / texts a non-empty string list")
+        if fault is not None:
+            if fault.hang_seconds:
+                time.sleep(fault.hang_seconds)
+            headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            status, reply, _ = error(fault.status, "injected fault")
+            return status, reply, headers
+        try:
+            scored = (self.rerank_script or default_rerank_scores)(query, documents)
+        except Exception as e:  # the script's bug must show in the test, not hang the client
+            with self._lock:
+                self.rerank_errors.append(f"{type(e).__name__}: {e}")
+            return error(500, f"rerank script failed: {e}")
+        pairs = scored.items() if isinstance(scored, dict) else enumerate(scored)
+        ranked = sorted(pairs, key=lambda p: (-p[1], p[0]))  # best first, as real servers
+        if tei:
+            return 200, [{"index": i, "score": s} for i, s in ranked], {}
+        top_n = body.get("top_n")
+        if isinstance(top_n, int) and top_n > 0:
+            ranked = ranked[:top_n]
+        results = [{"index": i, "relevance_score": s} for i, s in ranked]
+        return 200, {"id": f"rerank-{len(self.rerank_requests)}", "results": results}, {}
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def default_rerank_scores(query: str, documents: list[str]) -> list[float]:
+    """The fraction of the query's distinct words (case-insensitive) found in each document."""
+    wanted = set(re.findall(r"\w+", query.lower()))
+    scores = []
+    for doc in documents:
+        found = wanted & set(re.findall(r"\w+", doc.lower()))
+        scores.append(len(found) / len(wanted) if wanted else 0.0)
+    return scores
 
 
 def _err(message: str, code: str) -> dict[str, Any]:
