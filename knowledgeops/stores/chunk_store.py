@@ -26,6 +26,19 @@ class Chunk:
     content_hash: str
     page: int | None = None
     heading: str | None = None
+    # The heading path search indexes with the text; None when the text begins with its
+    # heading already (or has none).
+    context: str | None = None
+
+    @property
+    def index_text(self) -> str:
+        """What gets embedded and keyword-indexed: the text under its heading context."""
+        return index_text_of(self.text, self.context)
+
+
+def index_text_of(text: str, context: str | None) -> str:
+    """A chunk's text as search indexes it (and as its content hash is computed)."""
+    return f"{context}\n\n{text}" if context else text
 
 
 # Separates a document id from a version in file names; never part of a document id.
@@ -144,8 +157,24 @@ class ChunkWriter:
         self._offsets = array("Q", [0])
         self.count = 0
 
-    def add(self, text: str, content_hash: str, page: int | None, heading: str | None) -> None:
-        record = {"i": self.count, "t": text, "h": content_hash, "p": page, "s": heading}
+    def add(
+        self,
+        text: str,
+        content_hash: str,
+        page: int | None,
+        heading: str | None,
+        context: str | None = None,
+    ) -> None:
+        record: dict[str, object] = {
+            "i": self.count,
+            "t": text,
+            "h": content_hash,
+            "p": page,
+            "s": heading,
+        }
+        if context:
+            # Only when set: a chunk without one is stored exactly as before.
+            record["c"] = context
         line = json.dumps(record, ensure_ascii=False).encode() + b"\n"
         self._data.write(line)
         self._offsets.append(self._offsets[-1] + len(line))
@@ -208,7 +237,15 @@ class ChunkReader:
 
 def _decode(line: bytes) -> Chunk:
     r = json.loads(line)
-    return Chunk(index=r["i"], text=r["t"], content_hash=r["h"], page=r["p"], heading=r["s"])
+    # "c" is absent from files written before chunks had a context.
+    return Chunk(
+        index=r["i"],
+        text=r["t"],
+        content_hash=r["h"],
+        page=r["p"],
+        heading=r["s"],
+        context=r.get("c"),
+    )
 
 
 def remove_unfinished(
