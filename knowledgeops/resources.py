@@ -16,6 +16,7 @@ from knowledgeops.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.index.live import LiveIndex, live_index, nearest
 from knowledgeops.index.opening import open_index_migrating
 from knowledgeops.index.vector_index import Hit, Scope, VectorIndex
+from knowledgeops.rerank import Reranker, make_reranker
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 
@@ -29,6 +30,8 @@ class Resources:
     # None: no CHAT_MODEL / VISION_MODEL configured (the AI types use their local methods).
     chat: ChatModel | None = None
     vision: ChatModel | None = None
+    # None: no RERANK_URL (search ranks by the index alone).
+    reranker: Reranker | None = None
 
     # Embedders of other models than the configured one (a re-index to a new model, or a
     # live index built with one); closed with the resources.
@@ -57,6 +60,7 @@ class Resources:
             scope,
             mode=mode,
             on_wait=on_wait,
+            reranker=self.reranker,
         )
 
     def embedder_for(self, model: str | None) -> Embedder:
@@ -102,6 +106,9 @@ async def open_resources(settings: Settings, *, warm_up: bool = True) -> AsyncIt
         vision = make_chat_model(settings, vision=True)
         if vision is not None:
             stack.push_async_callback(vision.aclose)
-        resources = Resources(settings, db, store, embedder, chat, vision)
+        reranker = make_reranker(settings)
+        if reranker is not None:
+            stack.push_async_callback(reranker.aclose)
+        resources = Resources(settings, db, store, embedder, chat, vision, reranker)
         stack.push_async_callback(resources.close_others)
         yield resources

@@ -12,6 +12,7 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder
 from knowledgeops.index.live import nearest
 from knowledgeops.index.vector_index import Scope, VectorIndex
+from knowledgeops.rerank import Reranker
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
 
@@ -36,6 +37,9 @@ class EmbedderSource(Protocol):
     def embedder(self) -> Embedder: ...
 
     def embedder_for(self, model: str | None) -> Embedder: ...
+
+    @property
+    def reranker(self) -> Reranker | None: ...
 
 
 # Control characters other than tab and newlines are no part of a question; refusing them keeps
@@ -81,11 +85,15 @@ async def search(
         tags=tuple(tags),
     )
     embedder_for: Callable[[str], Embedder]
+    reranker = None
     if isinstance(embedder, EmbedderSource):
         embedder_for, default_model = embedder.embedder_for, embedder.embedder.model_id
+        reranker = embedder.reranker
     else:
         embedder_for, default_model = _only(embedder), embedder.model_id
-    hits = await nearest(store, embedder_for, default_model, query, k, scope, mode=mode)
+    hits = await nearest(
+        store, embedder_for, default_model, query, k, scope, mode=mode, reranker=reranker
+    )
     docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
     out = []
     for h in hits:

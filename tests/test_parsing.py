@@ -59,7 +59,10 @@ def test_markdown_and_docx_keep_heading_paths(tmp_path: Path) -> None:
     _, chunks = parse(tmp_path, EXAMPLES / "temporal-retries.md")
     hb = next(c for c in chunks if "checkpoint" in c.text)  # type: ignore[attr-defined]
     assert hb.heading == "Durable execution with Temporal > Heartbeats"
-    docx = write_docx(tmp_path / "d.docx", [("Alpha", "first body"), ("Beta", "second body")])
+    # Bodies long enough to be chunks of their own (shorter ones are merged, see test_chunking).
+    first = "The first body explains what the alpha section is about, in a full sentence or two."
+    second = "The second body goes on with the beta section, again long enough to stand alone."
+    docx = write_docx(tmp_path / "d.docx", [("Alpha", first), ("Beta", second)])
     _, chunks = parse(tmp_path, docx)
     assert [(c.heading, "body" in c.text) for c in chunks] == [  # type: ignore[attr-defined]
         ("Alpha", True),

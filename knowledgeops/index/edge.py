@@ -398,7 +398,9 @@ class EdgeEngine(Engine):
         self._get(name).write(UpdateOperation.delete_points_by_filter(edge_filter(flt)))
 
     def set_payload(self, name: str, flt: PointFilter, payload: dict[str, Any]) -> None:
-        self._get(name).write(UpdateOperation.set_payload_by_filter(edge_filter(flt), _stored(payload)))
+        self._get(name).write(
+            UpdateOperation.set_payload_by_filter(edge_filter(flt), _stored(payload))
+        )
 
     def delete_payload(self, name: str, flt: PointFilter, keys: Sequence[str]) -> None:
         op = UpdateOperation.delete_payload_by_filter(edge_filter(flt), list(keys))

@@ -10,8 +10,9 @@ Before the first re-index there is no alias: the live collection is the configur
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from knowledgeops.contracts.document_import import ChunkingOptions
@@ -19,7 +20,10 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder, OnWait
 from knowledgeops.index import bm25
 from knowledgeops.index.vector_index import INDEX_PREFIX, Hit, Scope, VectorIndex
+from knowledgeops.rerank import Reranker, RerankError
+from knowledgeops.stores.chunk_store import index_text_of
 
+log = logging.getLogger(__name__)
 LIVE_ALIAS = "chunks_live"
 
 
@@ -58,14 +62,29 @@ async def nearest(
     *,
     mode: SearchMode = SearchMode.HYBRID,
     on_wait: OnWait = None,
+    reranker: Reranker | None = None,
 ) -> list[Hit]:
     """The k best chunks of the live index for `query` (embedded with the live index's model,
-    `embedder_for(model)`, unless the mode is keyword only)."""
+    `embedder_for(model)`, unless the mode is keyword only); with a reranker, the k it scores
+    best among the index's first RERANK_CANDIDATES."""
     live = await live_index(index, default_model)
     vector = None
     if mode != SearchMode.KEYWORD:
         [vector] = await embedder_for(live.model).embed([query], on_wait)
-    return await index.search(live.collection, k, vector=vector, text=query, mode=mode, scope=scope)
+    depth = max(k, reranker.candidates) if reranker is not None else k
+    hits = await index.search(
+        live.collection, depth, vector=vector, text=query, mode=mode, scope=scope
+    )
+    if reranker is None or not hits:
+        return hits
+    try:
+        scores = await reranker.scores(query, [index_text_of(h.text, h.heading) for h in hits])
+    except RerankError as e:
+        # Search answers without reranking rather than not at all; the log says why.
+        log.warning("search answered without reranking: %s", e.message)
+        return hits[:k]
+    order = sorted(range(len(hits)), key=lambda i: -scores[i])
+    return [replace(hits[i], score=scores[i]) for i in order[:k]]
 
 
 def index_of(collection: str, meta: dict[str, Any], *, default_model: str = "") -> LiveIndex:

@@ -36,7 +36,7 @@ from knowledgeops.index.engine import (
     Scored,
 )
 from knowledgeops.index.fusion import FusionConfig, fuse
-from knowledgeops.stores.chunk_store import Chunk, index_text
+from knowledgeops.stores.chunk_store import Chunk, index_text_of
 
 T = TypeVar("T")
 _POINT_NAMESPACE = uuid.UUID("5b0a6f5e-8d1c-4a53-9a3e-6f1f0c2d7e11")
@@ -89,7 +89,7 @@ class Scope:
 
 
 def _payload_text(payload: dict[str, Any]) -> str:
-    return index_text(str(payload.get("text", "")), payload.get("context"))
+    return index_text_of(str(payload.get("text", "")), payload.get("context"))
 
 
 class VectorIndex:

@@ -19,12 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def index_text(text: str, context: str | None) -> str:
-    """What search indexes for a chunk (embedding and keywords): its text under its heading
-    context, when the text does not already begin with it."""
-    return f"{context}\n\n{text}" if context else text
-
-
 @dataclass(frozen=True)
 class Chunk:
     index: int
@@ -32,13 +26,19 @@ class Chunk:
     content_hash: str
     page: int | None = None
     heading: str | None = None
-    # The heading path indexed with the text (None: the text already begins with it, or a
-    # chunk file of an earlier version, indexed by its text alone).
+    # The heading path search indexes with the text; None when the text begins with its
+    # heading already (or has none).
     context: str | None = None
 
     @property
     def index_text(self) -> str:
-        return index_text(self.text, self.context)
+        """What gets embedded and keyword-indexed: the text under its heading context."""
+        return index_text_of(self.text, self.context)
+
+
+def index_text_of(text: str, context: str | None) -> str:
+    """A chunk's text as search indexes it (and as its content hash is computed)."""
+    return f"{context}\n\n{text}" if context else text
 
 
 # Separates a document id from a version in file names; never part of a document id.
@@ -157,8 +157,24 @@ class ChunkWriter:
         self._offsets = array("Q", [0])
         self.count = 0
 
-    def add(self, text: str, content_hash: str, page: int | None, heading: str | None) -> None:
-        record = {"i": self.count, "t": text, "h": content_hash, "p": page, "s": heading}
+    def add(
+        self,
+        text: str,
+        content_hash: str,
+        page: int | None,
+        heading: str | None,
+        context: str | None = None,
+    ) -> None:
+        record: dict[str, object] = {
+            "i": self.count,
+            "t": text,
+            "h": content_hash,
+            "p": page,
+            "s": heading,
+        }
+        if context:
+            # Only when set: a chunk without one is stored exactly as before.
+            record["c"] = context
         line = json.dumps(record, ensure_ascii=False).encode() + b"\n"
         self._data.write(line)
         self._offsets.append(self._offsets[-1] + len(line))
@@ -221,6 +237,7 @@ class ChunkReader:
 
 def _decode(line: bytes) -> Chunk:
     r = json.loads(line)
+    # "c" is absent from files written before chunks had a context.
     return Chunk(
         index=r["i"],
         text=r["t"],
