@@ -164,13 +164,19 @@ def convert_cranfield(source: Path, out: Path) -> tuple[int, int]:
                 recs[-1][field] = (recs[-1].get(field, "") + " " + line.strip()).strip()
         return recs
 
-    corpus = {r["id"]: (r.get("T", ""), r.get("W", "")) for r in records(source / "cran.all.1400")}
+    # Two of its documents have no text: nobody could import them, so they are left out
+    # (with their judgments).
+    corpus = {
+        r["id"]: (r.get("T", ""), r.get("W", ""))
+        for r in records(source / "cran.all.1400")
+        if r.get("W", "").strip()
+    }
     # cranqrel numbers queries 1..225 in file order; cran.qry's own numbers skip values.
     queries = {str(n): r.get("W", "") for n, r in enumerate(records(source / "cran.qry"), 1)}
     qrels: dict[str, dict[str, int]] = {}
     for line in (source / "cranqrel").read_text().splitlines():
         parts = line.split()
-        if len(parts) == 3 and 1 <= int(parts[2]) <= 4:
+        if len(parts) == 3 and 1 <= int(parts[2]) <= 4 and parts[1] in corpus:
             qrels.setdefault(parts[0], {})[parts[1]] = 5 - int(parts[2])
     _write(out, corpus, {q: t for q, t in queries.items() if q in qrels}, qrels)
     return len(corpus), len(qrels)

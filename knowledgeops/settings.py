@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     # Hybrid search: how the dense and the keyword ranking are fused (docs/benchmarks.md,
     # "Search quality", measured the defaults).
     search_fusion: Literal["convex", "rrf"] = Field(default="convex", alias="SEARCH_FUSION")
-    search_keyword_weight: float = Field(default=0.7, ge=0.0, le=1.0, alias="SEARCH_KEYWORD_WEIGHT")
+    search_keyword_weight: float = Field(default=0.8, ge=0.0, le=1.0, alias="SEARCH_KEYWORD_WEIGHT")
 
     chunk_tokens: int = Field(default=512, ge=16, le=8000, alias="CHUNK_TOKENS")
     chunk_overlap: int = Field(default=64, ge=0, alias="CHUNK_OVERLAP")

@@ -35,9 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--tags", default="", help="comma-separated")
     i.add_argument("--owner")
 
-    from starter import cli_ocr
+    from starter import cli_index, cli_ocr
 
     cli_ocr.add_parser(sub)
+    cli_index.add_parser(sub)
 
     r = sub.add_parser("run", help="start a task of any implemented type")
     r.add_argument("task_type", choices=[t.value for t in TaskType], metavar="TYPE")
@@ -193,6 +194,10 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
         from starter import cli_maintenance
 
         return await cli_maintenance.command(args, settings)
+    if args.command == "index":
+        from starter import cli_index
+
+        return await cli_index.command(args, settings)
     if args.command == "cards":
         from starter import cli_cards
 

@@ -8,12 +8,18 @@ writes or searches, so an index moved between engines (a backup restored elsewhe
 One tokenization serves English and Chinese in one index: the multilingual tokenizer segments
 Chinese into words (a whitespace tokenizer would make a sentence one token) and splits Latin
 text at word boundaries; the English stemmer and stop words only touch Latin-script tokens, and
-Chinese function words (的, 了, 是, ...) are dropped as stop words. Chosen by measurement:
-docs/benchmarks.md, "Search quality".
+Chinese function words (的, 了, 是, ...) are dropped as stop words. A word segmenter cuts the
+same characters differently in different sentences (切分 in a question, 切 / 分成 in the
+document), so every run of Han characters also adds its overlapping character pairs as terms,
+as Lucene's CJK analyzer does: a question then matches the document whichever way either was
+cut. Chosen by measurement: docs/benchmarks.md, "Search quality".
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections import Counter
 from functools import lru_cache
 
 from qdrant_edge import (
@@ -30,13 +36,23 @@ from knowledgeops.index.engine import Sparse
 
 # Recorded in each chunks collection's metadata: vectors made with another tokenization do not
 # match this one's queries (a re-index rebuilds them).
-SPARSE_MODEL = "bm25/multilingual+en-stem+en-zh-stop/1"
+SPARSE_MODEL = "bm25/multilingual+en-stem+en-zh-stop+han-pairs/1"
+# BM25's term-frequency saturation and length normalisation: the engine's k and b; the length
+# a chunk is normalised against, in words (after stop words) and in Han character pairs.
+# Measured on the retrieval sets (docs/benchmarks.md): 128 words suits English paragraphs and
+# abstracts better than the engine's 256, and pairs do best at 256 (about a 260-character
+# Chinese paragraph).
+K, B, AVG_WORDS, AVG_PAIRS = 1.2, 0.75, 128.0, 256.0
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
 @lru_cache(maxsize=1)
 def _model() -> Bm25:
     return Bm25(
         Bm25Config(
+            k=K,
+            b=B,
+            avg_len=AVG_WORDS,
             tokenizer=TokenizerType.Multilingual,
             stemmer=SnowballParams(SnowballLanguage.English),
             stopwords=StopwordsSet(languages={Language.English, Language.Chinese}),
@@ -44,11 +60,35 @@ def _model() -> Bm25:
     )
 
 
+def _pairs(text: str) -> list[str]:
+    out: list[str] = []
+    for run in _HAN.findall(text):
+        out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+    return out
+
+
+def _term(pair: str) -> int:
+    # A stable 31-bit id (Python's hash() changes per process).
+    return int.from_bytes(hashlib.blake2b(pair.encode(), digest_size=4).digest(), "big") >> 1
+
+
+def _merged(words: dict[int, float], pairs: dict[int, float]) -> Sparse:
+    for term, weight in pairs.items():
+        words[term] = words.get(term, 0.0) + weight
+    keys = sorted(words)
+    return Sparse(keys, [words[k] for k in keys])
+
+
 def document_vector(text: str) -> Sparse:
     v = _model().embed_document(text)
-    return Sparse(list(v.indices), list(v.values))
+    pairs = _pairs(text)
+    norm = K * (1 - B + B * len(pairs) / AVG_PAIRS)
+    weights = {_term(p): tf * (K + 1) / (tf + norm) for p, tf in Counter(pairs).items()}
+    return _merged(dict(zip(v.indices, v.values, strict=True)), weights)
 
 
 def query_vector(text: str) -> Sparse:
     v = _model().embed_query(text)
-    return Sparse(list(v.indices), list(v.values))
+    return _merged(
+        dict(zip(v.indices, v.values, strict=True)), dict.fromkeys(map(_term, _pairs(text)), 1.0)
+    )

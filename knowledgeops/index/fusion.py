@@ -26,7 +26,7 @@ class FusionConfig:
     method: Fusion = Fusion.CONVEX
     # Share of the keyword list in the mix (convex) or its weight against the dense list's 1 - w
     # (rrf).
-    keyword_weight: float = 0.7
+    keyword_weight: float = 0.8
     rrf_k: int = 60
 
 

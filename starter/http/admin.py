@@ -218,6 +218,9 @@ class IndexCollectionInfo(BaseModel):
     name: str
     points: int
     live: bool
+    # Points not in the vector index (HNSW) yet: the embedded engine is building it in the
+    # background (search scans them exactly meanwhile). A server reports none here.
+    unindexed: int = 0
 
 
 class IndexInfo(BaseModel):
@@ -233,13 +236,17 @@ async def index_info(rt: RuntimeDep) -> IndexInfo:
     one being built by a re-index, or in its grace period, shows up here."""
     live = await rt.resources.live_index()
     names = await index_collections(rt.store)
+    unindexed = await rt.store.unindexed()
     return IndexInfo(
         live_collection=live.collection,
         model=live.model,
         chunk_tokens=live.chunking.chunk_tokens if live.chunking else None,
         collections=[
             IndexCollectionInfo(
-                name=n, points=await rt.store.count(n, staged=True), live=n == live.collection
+                name=n,
+                points=await rt.store.count(n, staged=True),
+                live=n == live.collection,
+                unindexed=unindexed.get(n, 0),
             )
             for n in names
         ],

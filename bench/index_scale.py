@@ -1,0 +1,198 @@
+"""The embedded index at scale: 10k, 100k and 1M chunks (synthetic vectors and text), written
+and searched through `VectorIndex` exactly as the worker does (the project's payload, BM25
+vectors from the text, the background builder indexing while points arrive).
+
+    python -m bench.index_scale [--points 10000 100000 1000000] [--dim 512]
+
+Per size: upsert rate (batches of 256, as the upsert step writes), how long until every point
+is in the HNSW graph, search p50 / p95 for hybrid, dense, keyword and a search scoped to 50
+documents, dense recall@10 against an exact scan (the cost of HNSW), reopen time, the
+process's peak RSS and the index's disk use. Vectors come from a seeded mixture of clusters
+(real embeddings cluster; uniform random vectors are HNSW's worst case and nobody's corpus).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from knowledgeops.contracts.search import SearchMode
+from knowledgeops.index.edge import BuildSettings, EdgeEngine
+from knowledgeops.index.edge_builder import Builder
+from knowledgeops.index.vector_index import Scope, VectorIndex
+from knowledgeops.stores.chunk_store import Chunk
+
+COLLECTION = "chunks_scale"
+CHUNKS_PER_DOC = 40
+CLUSTERS = 256
+BATCH = 256
+
+
+class Corpus:
+    """Deterministic chunks: point i's vector and text depend only on (seed, i)."""
+
+    def __init__(self, dim: int, seed: int = 5) -> None:
+        rng = np.random.default_rng(seed)
+        self.dim = dim
+        self.centers = rng.standard_normal((CLUSTERS, dim)).astype(np.float32)
+        self.seed = seed
+        words = [f"w{i}" for i in range(50_000)]
+        # Zipf-like word frequencies, as in text.
+        weights = 1.0 / np.arange(1, len(words) + 1)
+        self.words, self.p = np.array(words), weights / weights.sum()
+
+    def vectors(self, start: int, n: int) -> np.ndarray:
+        rng = np.random.default_rng((self.seed, start))
+        c = rng.integers(0, CLUSTERS, n)
+        v = self.centers[c] + 0.6 * rng.standard_normal((n, self.dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def texts(self, start: int, n: int) -> list[str]:
+        rng = np.random.default_rng((self.seed + 1, start))
+        return [" ".join(rng.choice(self.words, 60, p=self.p)) for _ in range(n)]
+
+    def query(self, i: int) -> tuple[list[float], str]:
+        v = self.vectors(10**9 + i, 1)[0]
+        return v.tolist(), " ".join(self.texts(10**9 + i, 1)[0].split()[:4])
+
+
+def _peak_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _disk(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+async def _timed(index: VectorIndex, n: int, corpus: Corpus, **kw: object) -> list[float]:
+    out = []
+    rng = random.Random(3)
+    for i in range(n):
+        vector, text = corpus.query(i)
+        docs = kw.get("docs")
+        scope = None
+        if isinstance(docs, int):
+            first = rng.randrange(0, max(1, docs - 50))
+            scope = Scope(document_ids=[f"doc-{d}" for d in range(first, first + 50)])
+        t = time.perf_counter()
+        await index.search(
+            COLLECTION,
+            10,
+            vector=vector,
+            text=text,
+            mode=kw["mode"],
+            scope=scope,  # type: ignore[arg-type]
+        )
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def run(points: int, dim: int, root: Path) -> None:
+    corpus = Corpus(dim)
+    engine = EdgeEngine(root, BuildSettings())
+    index = VectorIndex(engine)
+    builder = Builder(engine)
+    builder.start()
+    t = time.perf_counter()
+    for start in range(0, points, BATCH):
+        n = min(BATCH, points - start)
+        vecs = corpus.vectors(start, n)
+        texts = corpus.texts(start, n)
+        by_doc: dict[str, list[tuple[Chunk, list[float]]]] = {}
+        for j in range(n):
+            i = start + j
+            chunk = Chunk(i % CHUNKS_PER_DOC, texts[j], f"{i:032x}", page=1, heading="Section")
+            by_doc.setdefault(f"doc-{i // CHUNKS_PER_DOC}", []).append((chunk, vecs[j].tolist()))
+        for doc, items in by_doc.items():
+            await index.upsert(
+                COLLECTION,
+                doc,
+                [c for c, _ in items],
+                [v for _, v in items],
+                version="v1",
+                owner="o",
+                tags=["t"],
+            )
+    upsert_s = time.perf_counter() - t
+    print(f"\n{points:,} points, {dim} dimensions")
+    print(f"  upsert: {points / upsert_s:,.0f} points/s ({upsert_s:.1f} s)")
+    # Searches while the builder may still be at work, then once everything is indexed.
+    during = await _timed(index, 100, corpus, mode=SearchMode.HYBRID)
+    print(
+        f"  hybrid while indexing: p50 {_pct(during, 0.5):.1f} ms, p95 {_pct(during, 0.95):.1f} ms"
+    )
+    while (await index.unindexed()).get(COLLECTION, 0) >= engine.build.idle_points:
+        await asyncio.sleep(1)
+    print(
+        f"  all indexed {time.perf_counter() - t - upsert_s:.0f} s after the last write "
+        f"({builder.builds} builds)"
+    )
+    docs = points // CHUNKS_PER_DOC
+    for mode, extra in (
+        (SearchMode.HYBRID, {}),
+        (SearchMode.DENSE, {}),
+        (SearchMode.KEYWORD, {}),
+        (SearchMode.HYBRID, {"docs": docs}),
+    ):
+        lat = await _timed(index, 300, corpus, mode=mode, **extra)
+        name = f"{mode.value}{' scoped to 50 documents' if extra else ''}"
+        print(f"  {name:<32} p50 {_pct(lat, 0.5):6.1f} ms  p95 {_pct(lat, 0.95):6.1f} ms")
+    print(f"  recall@10 of HNSW vs exact: {await _recall(engine, corpus):.3f}")
+    builder.stop()
+    index.close()
+    rss = _peak_rss()
+    t = time.perf_counter()
+    again = VectorIndex(EdgeEngine(root))
+    await again.search(COLLECTION, 10, vector=corpus.query(0)[0], mode=SearchMode.DENSE)
+    reopen = time.perf_counter() - t
+    again.close()
+    print(
+        f"  reopen + first search: {reopen:.2f} s; peak RSS {rss / 2**20:,.0f} MB; "
+        f"disk {_disk(root) / 2**20:,.0f} MB"
+    )
+
+
+async def _recall(engine: EdgeEngine, corpus: Corpus, n: int = 100) -> float:
+    from qdrant_edge import Query, QueryRequest, SearchParams
+
+    coll = engine.collection(COLLECTION)
+    hits = []
+    with coll.reading() as shard:
+        for i in range(n):
+            vector = corpus.query(i)[0]
+            approx = shard.query(QueryRequest(limit=10, query=Query.Nearest(vector)))
+            exact = shard.query(
+                QueryRequest(limit=10, query=Query.Nearest(vector), params=SearchParams(exact=True))
+            )
+            hits.append(len({p.id for p in approx} & {p.id for p in exact}) / 10)
+    return statistics.mean(hits)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--points", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--dim", type=int, default=512)
+    args = p.parse_args()
+    for n in args.points:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(run(n, args.dim, Path(tmp) / "index"))
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
