@@ -19,12 +19,21 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.backup import BackupActivities
-from knowledgeops.backup_archive import load_manifest, read_listing, verify
+from knowledgeops.backup_archive import (
+    load_manifest,
+    part_of,
+    read_listing,
+    read_points,
+    verify,
+    write_points,
+)
 from knowledgeops.contracts.backup import BackupStageRequest, FilesCheckpoint
+from knowledgeops.contracts.document_import import DocumentMetadata
+from knowledgeops.contracts.search import SearchMode
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
-from knowledgeops.stores.backups import list_archives, listed_blobs, pool_dir
+from knowledgeops.stores.backups import MANIFEST, list_archives, listed_blobs, pool_dir
 from knowledgeops.stores.embedding_cache import cache_collection
 from starter.search import search
 from tests.conftest import EXAMPLES, PG_URL, ROOT, Env, openai_settings, running_env, settings_env
@@ -254,3 +263,67 @@ async def test_a_crashed_files_stage_resumes_from_its_checkpoint(env: Env, tmp_p
     listed = [e.path for e in read_listing(s.backups_dir / req.archive)]
     assert sorted(listed) == sorted(f"files/{p.name}" for p in s.files_dir.iterdir())
     assert len(listed) == len(set(listed)) == 6
+
+
+# What chunk points carried before the index had keyword vectors, owners and tags.
+_EARLIER_FIELDS = {
+    "document_id",
+    "chunk_index",
+    "text",
+    "page",
+    "heading",
+    "h",
+    "version",
+    "staged",
+}
+
+
+def _as_an_earlier_version_wrote_it(archive: Path) -> None:
+    """Rewrite an archive's index parts with the payload an earlier version exported (no
+    owner, tags or heading context on chunk points), and its manifest's checksums to match."""
+    manifest = load_manifest(archive)
+    for collection in manifest.index:
+        parts = []
+        for part in collection.parts:
+            points = read_points(archive / part.path)
+            if collection.name.startswith("chunks_"):
+                points = [
+                    dataclasses.replace(
+                        p, payload={k: v for k, v in p.payload.items() if k in _EARLIER_FIELDS}
+                    )
+                    for p in points
+                ]
+            write_points(archive / part.path, points)
+            parts.append(part_of(archive, part.path))
+        collection.parts = parts
+    (archive / MANIFEST).write_text(manifest.model_dump_json(indent=2))
+
+
+async def test_an_archive_of_an_earlier_version_restores_with_keyword_search_and_scopes(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    source = openai_settings(settings, fake_openai)
+    async with running_env(source) as env:
+        mine = await env.documents.import_file(
+            EXAMPLES / "photosynthesis.html",
+            metadata=DocumentMetadata(owner="ann", tags=["bio"]),
+        )
+        other = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
+        for ref in (mine, other):
+            assert (await env.service.wait(ref.task_id, timeout=WAIT)).status == "completed"
+        archive = Path((await backup(env))["path"])
+    await asyncio.to_thread(_as_an_earlier_version_wrote_it, archive)
+    assert verify(archive, load_manifest(archive)) == []
+    async with empty_database(settings) as url:
+        target = source.model_copy(update={"data_dir": tmp_path / "restored", "database_url": url})
+        r = await asyncio.to_thread(cli, ["restore", str(archive)], target)
+        assert r.returncode == 0, r.stderr
+        async with running_env(target) as env:
+            # Keyword vectors were made from the restored text; owner and tags came from the
+            # restored catalogue onto the points, so scoped search filters inside the engine.
+            hits = await search(env.store, env.embedder, "RuBisCO", k=3, mode=SearchMode.KEYWORD)
+            assert hits and hits[0].document_id == mine.document_id
+            scoped = await search(env.store, env.embedder, "retries activity", k=5, owner="ann")
+            assert {h.document_id for h in scoped} == {mine.document_id}
+            tagged = await search(env.store, env.embedder, "water", k=5, tags=["bio"])
+            assert {h.document_id for h in tagged} == {mine.document_id}

@@ -19,13 +19,18 @@ import pytest
 from qdrant_client.http import models
 
 from knowledgeops.contracts.document_import import DocumentMetadata
-from knowledgeops.contracts.search import SearchMode
 from knowledgeops.index.live import LIVE_ALIAS
 from knowledgeops.index.opening import IndexMigrationNeededError, open_index
-from knowledgeops.index.vector_index import Scope, VectorIndex
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.settings import Settings
-from starter.search import search
-from tests.conftest import EXAMPLES, ROOT, openai_settings, running_env, settings_env
+from tests.conftest import (
+    EXAMPLES,
+    ROOT,
+    openai_settings,
+    running_api,
+    running_env,
+    settings_env,
+)
 from tests.fake_openai import FakeOpenAI
 
 # What the previous version's points carried (no owner, tags or heading context).
@@ -115,25 +120,32 @@ async def test_the_worker_moves_an_earlier_index_in(cfg: Settings, fake_openai: 
     assert counts[chunks] > 0 and counts["embeddings_openai-fake-embed"] > 0
     with pytest.raises(IndexMigrationNeededError, match="knowledgeops index migrate"):
         open_index(cfg)
-    billed = len(fake_openai.embedded)
-    async with running_env(cfg) as env:  # the worker's resources migrate on open
+    billed = fake_openai.embedded_count()
+    async with running_api(cfg) as api:  # the worker process's resources migrate on open
         assert not cfg.legacy_index_path.exists()
         assert (cfg.legacy_index_path.parent / "qdrant.migrated").is_dir()
-        for name, n in counts.items():
-            assert await env.store.count(name, staged=True) == n
+        info = (await api.http.get("/v1/admin/index", headers=api.admin)).json()
+        assert {c["name"]: c["points"] for c in info["collections"]} == {chunks: counts[chunks]}
         # Keyword search works on migrated points (their BM25 vectors were made from the text).
-        hits = await search(env.store, env.embedder, "RuBisCO", mode=SearchMode.KEYWORD, k=1)
-        assert hits[0].document_id == docs["photosynthesis.html"]
+        r = await api.http.get("/v1/search", params={"q": "RuBisCO", "mode": "keyword", "k": 1})
+        assert [h["document_id"] for h in r.json()] == [docs["photosynthesis.html"]]
         # Owner and tags came from the catalogue onto the points: scoped search filters by them.
-        scoped = await env.store.search(
-            chunks, 10, text="water light", mode=SearchMode.KEYWORD, scope=Scope(owner="ann")
-        )
-        assert {h.document_id for h in scoped} == {docs["photosynthesis.html"]}
+        r = await api.http.get("/v1/search", params={"q": "water light", "owner": "ann", "k": 10})
+        assert {h["document_id"] for h in r.json()} == {docs["photosynthesis.html"]}
+        r = await api.http.get("/v1/search", params={"q": "water light", "tags": "bio", "k": 10})
+        assert {h["document_id"] for h in r.json()} == {docs["photosynthesis.html"]}
         # The embedding cache came along: re-importing a document pays nothing.
-        ref = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
-        st = await env.service.wait(ref.task_id, timeout=120)
-        assert st.status == "completed" and st.result is not None
-        assert st.result["embedded"] == 0 and len(fake_openai.embedded) == billed
+        path = EXAMPLES / "temporal-retries.md"
+        r = await api.http.post(
+            "/v1/documents",
+            files={"file": (path.name, path.read_bytes())},
+            data={"document_id": docs["temporal-retries.md"]},
+        )
+        assert r.status_code == 202, r.text
+        done = await api.wait_task(r.json()["task_id"])
+        assert done["status"] == "completed" and done["result"]["embedded"] == 0
+        # Only the two hybrid searches' queries were embedded (a keyword search embeds none).
+        assert fake_openai.embedded_count() == billed + 2
 
 
 async def test_index_migrate_command(cfg: Settings) -> None:

@@ -86,8 +86,11 @@ _FLAG = "staged"
 class BuildSettings:
     """When the background builder indexes a collection (see edge_builder.py)."""
 
-    # Unindexed points that start a build at once.
+    # Unindexed points that start a build at once, or this share of the points already
+    # indexed if that is more: a build copies the whole shard, so builds get rarer as the
+    # index grows and their cost per point written stays flat.
     points: int = 10_000
+    growth: float = 0.1
     # A build of fewer (at least `idle_points`) once nothing was written for this long.
     idle_seconds: float = 30.0
     idle_points: int = 1_000
@@ -485,6 +488,11 @@ def unindexed_points(coll: Collection) -> int:
     with coll.reading() as shard:
         info = shard.info()
     return max(0, 2 * info.points_count - info.indexed_vectors_count)
+
+
+def points_of(coll: Collection) -> int:
+    with coll.reading() as shard:
+        return int(shard.info().points_count)
 
 
 def _lock(root: Path) -> IO[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from qdrant_edge import EdgeShard
 
-from knowledgeops.index.edge import Collection, EdgeEngine, Handle, unindexed_points
+from knowledgeops.index.edge import Collection, EdgeEngine, Handle, points_of, unindexed_points
 from knowledgeops.index.engine import Kind
 
 log = logging.getLogger(__name__)
@@ -89,9 +89,9 @@ class Builder:
     def _due(self, coll: Collection) -> bool:
         if time.monotonic() < self._failed.get(coll.name, 0.0):
             return False
-        unindexed = unindexed_points(coll)
+        unindexed, total = unindexed_points(coll), points_of(coll)
         settings = self.engine.build
-        if unindexed >= settings.points:
+        if unindexed >= max(settings.points, settings.growth * (total - unindexed)):
             return True
         idle = time.monotonic() - coll.last_write >= settings.idle_seconds
         return idle and unindexed >= settings.idle_points
