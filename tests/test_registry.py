@@ -200,4 +200,12 @@ def test_layers_keep_their_direction() -> None:
     assert not {"activities", "worker", "workflows"} & loaded
     # Workflows import only contracts: nothing heavy enters the sandbox's pass-through.
     loaded = _imported_after("import workflows.document_import, workflows.base")
-    assert not {"activities", "starter", "qdrant_client", "sqlalchemy", "openai"} & loaded
+    heavy = {"activities", "starter", "qdrant_client", "qdrant_edge", "sqlalchemy", "openai"}
+    assert not heavy & loaded
+    # Nothing outside the index package talks to an engine's client: one interface over both.
+    for path in ROOT.glob("**/*.py"):
+        if ".venv" in path.parts or path.parts[-3:-1] == ("knowledgeops", "index"):
+            continue
+        source = path.read_text(encoding="utf-8")
+        if path.parent.name != "tests" and path.parent.name != "bench":
+            assert "qdrant_client" not in source and "qdrant_edge" not in source, path
