@@ -137,13 +137,12 @@ def _scored(hits: list[dict[str, Any]]) -> list[Scored]:
     return [Scored(f"{h['document_id']}\x00{h['chunk_index']}", h["score"]) for h in hits]
 
 
-async def run_set(folder: Path, n_queries: int, sweep: bool) -> dict[str, Any]:
+def run_set(folder: Path, n_queries: int, sweep: bool) -> dict[str, Any]:
     rs = load(folder)
     qids = sorted(rs.qrels)
     random.Random(7).shuffle(qids)
     qids = qids[:n_queries]
     rs.qrels = {q: rs.qrels[q] for q in qids}
-    queries = {q: rs.queries[q] for q in qids}
     report: dict[str, Any] = {"set": rs.name, "documents": len(rs.corpus), "queries": len(qids)}
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
@@ -151,39 +150,47 @@ async def run_set(folder: Path, n_queries: int, sweep: bool) -> dict[str, Any]:
             settings = bench_settings(tmp / "data", server.address)
             with worker_process(settings, tmp / "worker.log"):
                 base = f"http://{settings.api_host}:{settings.api_port}"
-                async with httpx.AsyncClient(base_url=base, timeout=300) as http:
-                    t = time.monotonic()
-                    (tmp / "docs").mkdir()
-                    doc_of = await _upload(http, tmp / "docs", rs)
-                    report["import_seconds"] = round(time.monotonic() - t, 1)
-                    lists = {}
-                    for mode in MODES:
-                        hits, p50 = await _search(http, queries, mode)
-                        lists[mode] = hits
-                        ndcg, recall = measure(_ranking(hits, doc_of), rs)
-                        report[mode] = {"ndcg10": ndcg, "recall100": recall, "p50_ms": p50}
+                lists, doc_of = asyncio.run(_measure(base, tmp, rs, qids, report))
     ndcg, recall = measure(plain_bm25(rs, qids), rs)
     report["plain_bm25"] = {"ndcg10": ndcg, "recall100": recall}
     if sweep:
-        doc_of_point = {
-            f"{h['document_id']}\x00{h['chunk_index']}": doc_of[h["document_id"]]
-            for mode in ("dense", "keyword")
-            for hs in lists[mode].values()
-            for h in hs
-        }
-        report["sweep"] = {}
-        for method, w in SWEEP:
-            cfg = FusionConfig(method, w)
-            fused = {
-                q: [
-                    doc_of_point[s.id]
-                    for s in fuse(_scored(lists["dense"][q]), _scored(lists["keyword"][q]), cfg)
-                ]
-                for q in qids
-            }
-            ranked = {q: documents_of(ds) for q, ds in fused.items()}
-            report["sweep"][f"{method.value} {w}"] = measure(ranked, rs)
+        report["sweep"] = _sweep(lists, doc_of, rs, qids)
     return report
+
+
+async def _measure(
+    base: str, tmp: Path, rs: RetrievalSet, qids: list[str], report: dict[str, Any]
+) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], dict[str, str]]:
+    queries = {q: rs.queries[q] for q in qids}
+    async with httpx.AsyncClient(base_url=base, timeout=300) as http:
+        t = time.monotonic()
+        (tmp / "docs").mkdir()
+        doc_of = await _upload(http, tmp / "docs", rs)
+        report["import_seconds"] = round(time.monotonic() - t, 1)
+        lists = {}
+        for mode in MODES:
+            hits, p50 = await _search(http, queries, mode)
+            lists[mode] = hits
+            ndcg, recall = measure(_ranking(hits, doc_of), rs)
+            report[mode] = {"ndcg10": ndcg, "recall100": recall, "p50_ms": p50}
+    return lists, doc_of
+
+
+def _sweep(
+    lists: dict[str, dict[str, list[dict[str, Any]]]],
+    doc_of: dict[str, str],
+    rs: RetrievalSet,
+    qids: list[str],
+) -> dict[str, tuple[float, float]]:
+    out = {}
+    for method, w in SWEEP:
+        cfg = FusionConfig(method, w)
+        ranked = {}
+        for q in qids:
+            fused = fuse(_scored(lists["dense"][q]), _scored(lists["keyword"][q]), cfg)
+            ranked[q] = documents_of(doc_of[s.id.split("\x00")[0]] for s in fused)
+        out[f"{method.value} {w}"] = measure(ranked, rs)
+    return out
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -208,7 +215,7 @@ def main() -> None:
     args = p.parse_args()
     reports = []
     for folder in args.sets:
-        r = asyncio.run(run_set(folder, args.queries, args.sweep))
+        r = run_set(folder, args.queries, args.sweep)
         _print(r)
         reports.append(r)
     if args.out:
