@@ -19,7 +19,7 @@ from knowledgeops.contracts.agent import ChildStart, ToolName
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import OnWait
 from knowledgeops.errors import validation_text
-from knowledgeops.index.vector_index import Scope as IndexScope
+from knowledgeops.index.points import Scope as IndexScope
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import ChunkReader

@@ -46,7 +46,7 @@ from knowledgeops.contracts.analysis import (
     Readability,
     Source,
 )
-from knowledgeops.index.vector_index import Scope
+from knowledgeops.index.points import Scope
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import Chunk

@@ -33,7 +33,8 @@ from knowledgeops.contracts.indexing import (
     SwitchResult,
 )
 from knowledgeops.index.live import LiveIndex, switch_live
-from knowledgeops.index.vector_index import INDEX_PREFIX, VectorIndex
+from knowledgeops.index.points import INDEX_PREFIX
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue

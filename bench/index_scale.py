@@ -25,9 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.index.edge import BuildSettings, EdgeEngine
+from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_builder import Builder
-from knowledgeops.index.vector_index import Scope, VectorIndex
+from knowledgeops.index.edge_mapping import BuildSettings
+from knowledgeops.index.points import Scope
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.stores.chunk_store import Chunk
 
 COLLECTION = "chunks_scale"

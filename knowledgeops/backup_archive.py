@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from knowledgeops.index.vector_index import StoredPoint
+from knowledgeops.index.points import StoredPoint
 from knowledgeops.settings import Settings
 from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
 from knowledgeops.stores.file_store import write_atomically

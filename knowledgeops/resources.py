@@ -15,7 +15,8 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.index.live import LiveIndex, live_index, nearest
 from knowledgeops.index.opening import open_index_migrating
-from knowledgeops.index.vector_index import Hit, Scope, VectorIndex
+from knowledgeops.index.points import Hit, Scope
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker, make_reranker
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database

@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder
 from knowledgeops.index.live import nearest
-from knowledgeops.index.vector_index import Scope, VectorIndex
+from knowledgeops.index.points import Scope
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.index.edge import BuildSettings, EdgeEngine
+from knowledgeops.index.edge import EdgeEngine
+from knowledgeops.index.edge_mapping import BuildSettings
 from knowledgeops.index.engine import Engine, IndexLockedError
 from knowledgeops.index.vector_index import Scope, VectorIndex
 from knowledgeops.stores.chunk_store import Chunk

@@ -32,19 +32,7 @@ from typing import IO, Any
 
 from qdrant_edge import (
     CountRequest,
-    Distance,
-    EdgeConfig,
-    EdgeOptimizersConfig,
     EdgeShard,
-    EdgeSparseVectorParams,
-    EdgeVectorParams,
-    FieldCondition,
-    Filter,
-    HnswIndexConfig,
-    MatchAny,
-    MatchValue,
-    Modifier,
-    PayloadSchemaType,
     PayloadSelector,
     Point,
     Query,
@@ -55,6 +43,16 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
+from knowledgeops.index.edge_mapping import (
+    FLAG,
+    SCHEMA,
+    BuildSettings,
+    dense_of,
+    edge_filter,
+    read_payload,
+    shard_config,
+    stored_payload,
+)
 from knowledgeops.index.engine import (
     INDEXED_FIELDS,
     SPARSE,
@@ -71,94 +69,7 @@ from knowledgeops.index.engine import (
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = {
-    "keyword": PayloadSchemaType.Keyword,
-    "bool": PayloadSchemaType.Bool,
-    "integer": PayloadSchemaType.Integer,
-}
 META = "meta.json"
-# Edge's Python binding matches `MatchValue(True)` as the integer 1, so a boolean field never
-# matches (qdrant-edge-py 0.9.0, measured): the staged flag is stored as 1 and read back as True.
-_FLAG = "staged"
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """When the background builder indexes a collection (see edge_builder.py)."""
-
-    # Unindexed points that start a build at once, or this share of the points already
-    # indexed if that is more: a build copies the whole shard, so builds get rarer as the
-    # index grows and their cost per point written stays flat.
-    points: int = 10_000
-    growth: float = 0.1
-    # A build of fewer (at least `idle_points`) once nothing was written for this long.
-    idle_seconds: float = 30.0
-    idle_points: int = 1_000
-    # Largest segment the optimizer merges into (points); bounds one build's cost at any size.
-    max_segment_points: int = 200_000
-
-
-def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig:
-    def kb(points: int) -> int:  # the optimizer's sizes are of vector data, in KB
-        return max(1, points * dimension * 4 // 1024)
-
-    if kind == Kind.VECTORS:
-        # Looked up by id, never searched: no HNSW (m=0), nothing for an optimizer to do.
-        return EdgeConfig(
-            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
-            hnsw_config=HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000),
-        )
-    return EdgeConfig(
-        vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
-        sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)},
-        hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000),
-        optimizers=EdgeOptimizersConfig(
-            # optimize() runs only when the builder decided a build is due: it should then
-            # index whatever is unindexed, down to the idle build's size.
-            indexing_threshold=kb(build.idle_points),
-            max_segment_size=kb(build.max_segment_points),
-        ),
-    )
-
-
-def edge_filter(f: PointFilter | None) -> Filter:
-    if f is None:
-        return Filter()
-    must: list[Any] = []
-    must_not: list[Any] = []
-    if f.document_id is not None:
-        must.append(FieldCondition("document_id", match=MatchValue(f.document_id)))
-    if f.document_ids is not None:
-        must.append(FieldCondition("document_id", match=MatchAny(sorted(set(f.document_ids)))))
-    if f.versions is not None:
-        must.append(FieldCondition("version", match=MatchAny(sorted(set(f.versions)))))
-    if f.not_version is not None:
-        must_not.append(FieldCondition("version", match=MatchValue(f.not_version)))
-    if f.staged is True:
-        must.append(FieldCondition(_FLAG, match=MatchValue(1)))
-    elif f.staged is False:
-        must_not.append(FieldCondition(_FLAG, match=MatchValue(1)))
-    if f.owner is not None:
-        must.append(FieldCondition("owner", match=MatchValue(f.owner)))
-    must.extend(FieldCondition("tags", match=MatchValue(t)) for t in f.tags)
-    return Filter(must=must or None, must_not=must_not or None)
-
-
-def _stored(payload: dict[str, Any]) -> dict[str, Any]:
-    return payload | {_FLAG: 1} if payload.get(_FLAG) is True else payload
-
-
-def _read(payload: dict[str, Any] | None) -> dict[str, Any]:
-    out = dict(payload or {})
-    if out.get(_FLAG) == 1:
-        out[_FLAG] = True
-    return out
-
-
-def _dense_of(vector: Any) -> list[float] | None:
-    if isinstance(vector, dict):
-        vector = vector.get("")
-    return [float(x) for x in vector] if isinstance(vector, list) else None
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -311,7 +222,7 @@ class EdgeEngine(Engine):
             shard = EdgeShard.create(str(tmp / folder), shard_config(kind, dimension, self.build))
             if kind == Kind.CHUNKS:
                 for key, schema in INDEXED_FIELDS.items():
-                    typed = _SCHEMA["integer" if key == _FLAG else schema]
+                    typed = SCHEMA["integer" if key == FLAG else schema]
                     shard.update(UpdateOperation.create_field_index(key, typed))
             shard.close()
             coll = Collection(name, kind, dimension, tmp, Handle(shard, folder))
@@ -373,14 +284,14 @@ class EdgeEngine(Engine):
     def upsert(self, name: str, points: Sequence[EnginePoint]) -> None:
         coll = self._get(name)
         if coll.kind == Kind.VECTORS:
-            structs = [Point(p.id, p.dense, _stored(p.payload)) for p in points]
+            structs = [Point(p.id, p.dense, stored_payload(p.payload)) for p in points]
         else:
             structs = []
             for p in points:
                 vectors: dict[str, Any] = {"": p.dense}
                 if p.sparse is not None:
                     vectors[SPARSE] = SparseVector(p.sparse.indices, p.sparse.values)
-                structs.append(Point(p.id, vectors, _stored(p.payload)))
+                structs.append(Point(p.id, vectors, stored_payload(p.payload)))
         coll.write(UpdateOperation.upsert_points(structs))
 
     def retrieve(
@@ -389,7 +300,7 @@ class EdgeEngine(Engine):
         with self._get(name).reading() as shard:
             records = shard.retrieve(list(ids), with_payload=payload, with_vector=dense)
         return [
-            Record(str(r.id), _read(r.payload), _dense_of(r.vector) if dense else None)
+            Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
             for r in records
         ]
 
@@ -402,7 +313,7 @@ class EdgeEngine(Engine):
 
     def set_payload(self, name: str, flt: PointFilter, payload: dict[str, Any]) -> None:
         self._get(name).write(
-            UpdateOperation.set_payload_by_filter(edge_filter(flt), _stored(payload))
+            UpdateOperation.set_payload_by_filter(edge_filter(flt), stored_payload(payload))
         )
 
     def delete_payload(self, name: str, flt: PointFilter, keys: Sequence[str]) -> None:
@@ -426,7 +337,7 @@ class EdgeEngine(Engine):
                 )
             )
         out = [
-            Record(str(r.id), _read(r.payload), _dense_of(r.vector) if dense else None)
+            Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
             for r in records
         ]
         return out, (str(after) if after is not None else None)

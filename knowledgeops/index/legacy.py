@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowledgeops.index.vector_index import INDEX_PREFIX, StoredPoint, VectorIndex
+from knowledgeops.index.points import INDEX_PREFIX, StoredPoint
+from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
 

@@ -34,8 +34,9 @@ def open_index(settings: Settings, *, build: bool = True) -> VectorIndex:
             "worker (`knowledgeops dev` / `knowledgeops worker`) moves it into the new engine "
             "when it starts, or run `knowledgeops index migrate`"
         )
-    from knowledgeops.index.edge import BuildSettings, EdgeEngine
+    from knowledgeops.index.edge import EdgeEngine
     from knowledgeops.index.edge_builder import Builder
+    from knowledgeops.index.edge_mapping import BuildSettings
 
     edge = EdgeEngine(
         settings.index_path,

@@ -16,10 +16,8 @@ engine instead of sending the list of every document the caller may see.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -36,60 +34,22 @@ from knowledgeops.index.engine import (
     Scored,
 )
 from knowledgeops.index.fusion import FusionConfig, fuse
-from knowledgeops.stores.chunk_store import Chunk, index_text_of
+from knowledgeops.index.points import (
+    INDEX_PREFIX,
+    Hit,
+    PointFields,
+    Scope,
+    StoredPoint,
+    kind_of,
+    payload_text,
+    point_id,
+)
+from knowledgeops.stores.chunk_store import Chunk
 
 T = TypeVar("T")
-_POINT_NAMESPACE = uuid.UUID("5b0a6f5e-8d1c-4a53-9a3e-6f1f0c2d7e11")
-# Every index collection's name starts so (the embedding cache's `embeddings_` does not).
-INDEX_PREFIX = "chunks_"
 # Candidates each list contributes to a hybrid ranking: enough for Recall@100, and the
 # normalisation of scores needs a list deep enough that its lowest score means "unrelated".
 HYBRID_CANDIDATES = 100
-
-
-def point_id(document_id: str, chunk_index: int, version: str | None = None) -> str:
-    key = f"{document_id}\x00{chunk_index}"
-    if version is not None:
-        key = f"{document_id}\x00{version}\x00{chunk_index}"
-    return str(uuid.uuid5(_POINT_NAMESPACE, key))
-
-
-def kind_of(collection: str) -> Kind:
-    return Kind.CHUNKS if collection.startswith(INDEX_PREFIX) else Kind.VECTORS
-
-
-@dataclass(frozen=True)
-class Hit:
-    score: float
-    document_id: str
-    chunk_index: int
-    text: str
-    page: int | None
-    heading: str | None
-
-
-@dataclass(frozen=True)
-class StoredPoint:
-    """A point as exported for a backup and imported by a restore: no embedding needed (the
-    sparse vector is made again from the text)."""
-
-    id: int | str
-    vector: list[float]
-    payload: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Which documents a search looks in; None / empty: no restriction."""
-
-    document_id: str | None = None
-    document_ids: Sequence[str] | None = None
-    owner: str | None = None
-    tags: Sequence[str] = ()
-
-
-def _payload_text(payload: dict[str, Any]) -> str:
-    return index_text_of(str(payload.get("text", "")), payload.get("context"))
 
 
 class VectorIndex:
@@ -183,40 +143,19 @@ class VectorIndex:
         if not chunks:
             return
         await self.ensure(collection, len(vectors[0]))
-        extra: dict[str, Any] = {"tags": sorted(set(tags))}
-        if version is not None:
-            extra["version"] = version
-        if staged:
-            extra["staged"] = True
-        if owner is not None:
-            extra["owner"] = owner
-
-        def points() -> list[EnginePoint]:
-            out = []
-            for c, v in zip(chunks, vectors, strict=True):
-                payload = {
-                    "document_id": document_id,
-                    "chunk_index": c.index,
-                    "text": c.text,
-                    "page": c.page,
-                    "heading": c.heading,
-                    "h": c.content_hash,
-                    **extra,
-                }
-                if c.context:
-                    payload["context"] = c.context
-                out.append(
-                    EnginePoint(
-                        point_id(document_id, c.index, version),
-                        list(v),
-                        payload,
-                        bm25.document_vector(c.index_text),
-                    )
-                )
-            return out
+        fields = PointFields(document_id, version, staged, owner, tuple(tags))
 
         def write() -> None:
-            self.engine.upsert(collection, points())
+            points = [
+                EnginePoint(
+                    point_id(document_id, c.index, version),
+                    list(v),
+                    fields.payload(c),
+                    bm25.document_vector(c.index_text),
+                )
+                for c, v in zip(chunks, vectors, strict=True)
+            ]
+            self.engine.upsert(collection, points)
 
         await self._run(write)
 
@@ -478,7 +417,7 @@ class VectorIndex:
                         str(p.id),
                         p.vector,
                         p.payload,
-                        bm25.document_vector(_payload_text(p.payload)) if chunks else None,
+                        bm25.document_vector(payload_text(p.payload)) if chunks else None,
                     )
                     for p in points
                 ],

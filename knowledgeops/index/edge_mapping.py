@@ -1,0 +1,112 @@
+"""How the index's engine-neutral terms map onto Qdrant Edge's types: shard configuration,
+filters, and the payload as stored (see edge.py for the engine itself)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qdrant_edge import (
+    Distance,
+    EdgeConfig,
+    EdgeOptimizersConfig,
+    EdgeSparseVectorParams,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    HnswIndexConfig,
+    MatchAny,
+    MatchValue,
+    Modifier,
+    PayloadSchemaType,
+)
+
+from knowledgeops.index.engine import SPARSE, Kind, PointFilter
+
+SCHEMA = {
+    "keyword": PayloadSchemaType.Keyword,
+    "bool": PayloadSchemaType.Bool,
+    "integer": PayloadSchemaType.Integer,
+}
+# Edge's Python binding matches `MatchValue(True)` as the integer 1, so a boolean field never
+# matches (qdrant-edge-py 0.9.0, measured): the staged flag is stored as 1 and read back as True.
+FLAG = "staged"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """When the background builder indexes a collection (see edge_builder.py)."""
+
+    # Unindexed points that start a build at once, or this share of the points already
+    # indexed if that is more: a build copies the whole shard, so builds get rarer as the
+    # index grows and their cost per point written stays flat.
+    points: int = 10_000
+    growth: float = 0.1
+    # A build of fewer (at least `idle_points`) once nothing was written for this long.
+    idle_seconds: float = 30.0
+    idle_points: int = 1_000
+    # Largest segment the optimizer merges into (points); bounds one build's cost at any size.
+    max_segment_points: int = 200_000
+
+
+def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig:
+    def kb(points: int) -> int:  # the optimizer's sizes are of vector data, in KB
+        return max(1, points * dimension * 4 // 1024)
+
+    if kind == Kind.VECTORS:
+        # Looked up by id, never searched: no HNSW (m=0), nothing for an optimizer to do.
+        return EdgeConfig(
+            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+            hnsw_config=HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000),
+        )
+    return EdgeConfig(
+        vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+        sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)},
+        hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000),
+        optimizers=EdgeOptimizersConfig(
+            # optimize() runs only when the builder decided a build is due: it should then
+            # index whatever is unindexed, down to the idle build's size.
+            indexing_threshold=kb(build.idle_points),
+            max_segment_size=kb(build.max_segment_points),
+        ),
+    )
+
+
+def edge_filter(f: PointFilter | None) -> Filter:
+    if f is None:
+        return Filter()
+    must: list[Any] = []
+    must_not: list[Any] = []
+    if f.document_id is not None:
+        must.append(FieldCondition("document_id", match=MatchValue(f.document_id)))
+    if f.document_ids is not None:
+        must.append(FieldCondition("document_id", match=MatchAny(sorted(set(f.document_ids)))))
+    if f.versions is not None:
+        must.append(FieldCondition("version", match=MatchAny(sorted(set(f.versions)))))
+    if f.not_version is not None:
+        must_not.append(FieldCondition("version", match=MatchValue(f.not_version)))
+    if f.staged is True:
+        must.append(FieldCondition(FLAG, match=MatchValue(1)))
+    elif f.staged is False:
+        must_not.append(FieldCondition(FLAG, match=MatchValue(1)))
+    if f.owner is not None:
+        must.append(FieldCondition("owner", match=MatchValue(f.owner)))
+    must.extend(FieldCondition("tags", match=MatchValue(t)) for t in f.tags)
+    return Filter(must=must or None, must_not=must_not or None)
+
+
+def stored_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload | {FLAG: 1} if payload.get(FLAG) is True else payload
+
+
+def read_payload(payload: dict[str, Any] | None) -> dict[str, Any]:
+    out = dict(payload or {})
+    if out.get(FLAG) == 1:
+        out[FLAG] = True
+    return out
+
+
+def dense_of(vector: Any) -> list[float] | None:
+    if isinstance(vector, dict):
+        vector = vector.get("")
+    return [float(x) for x in vector] if isinstance(vector, list) else None
