@@ -239,10 +239,11 @@ class EdgeEngine(Engine):
         if coll is None:
             return False
         with coll.lock:
-            coll.dropped = True
-            trash = self._dir / f".drop-{name}-{uuid.uuid4().hex[:8]}"
-            os.rename(coll.path, trash)
+            coll.dropped = True  # a build in progress discards its copy
+        # Closed before its folder goes: closing flushes into the folder.
         coll.retire(coll.handle)
+        trash = self._dir / f".drop-{name}-{uuid.uuid4().hex[:8]}"
+        os.rename(coll.path, trash)
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
