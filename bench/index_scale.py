@@ -28,6 +28,7 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_builder import Builder
 from knowledgeops.index.edge_mapping import BuildSettings
+from knowledgeops.index.engine import QuerySpec
 from knowledgeops.index.points import Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.stores.chunk_store import Chunk
@@ -67,9 +68,10 @@ class Corpus:
         return v.tolist(), " ".join(self.texts(10**9 + i, 1)[0].split()[:4])
 
 
-def _peak_rss() -> int:
+def _rss(field: str = "VmHWM") -> int:
+    """This process's peak (VmHWM) or current (VmRSS) resident memory, in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -133,7 +135,10 @@ async def run(points: int, dim: int, root: Path) -> None:
             )
     upsert_s = time.perf_counter() - t
     print(f"\n{points:,} points, {dim} dimensions")
-    print(f"  upsert: {points / upsert_s:,.0f} points/s ({upsert_s:.1f} s)")
+    print(
+        f"  upsert: {points / upsert_s:,.0f} points/s ({upsert_s:.1f} s); "
+        f"RSS now {_rss('VmRSS') / 2**20:,.0f} MB, peak {_rss() / 2**20:,.0f} MB"
+    )
     # Searches while the builder may still be at work, then once everything is indexed.
     during = await _timed(index, 100, corpus, mode=SearchMode.HYBRID)
     print(
@@ -156,9 +161,13 @@ async def run(points: int, dim: int, root: Path) -> None:
         name = f"{mode.value}{' scoped to 50 documents' if extra else ''}"
         print(f"  {name:<32} p50 {_pct(lat, 0.5):6.1f} ms  p95 {_pct(lat, 0.95):6.1f} ms")
     print(f"  recall@10 of HNSW vs exact: {await _recall(engine, corpus):.3f}")
+    print(
+        f"  RSS once indexed and searched: {_rss('VmRSS') / 2**20:,.0f} MB "
+        f"({_rss('RssAnon') / 2**20:,.0f} MB anonymous)"
+    )
     builder.stop()
     index.close()
-    rss = _peak_rss()
+    rss = _rss()
     t = time.perf_counter()
     again = VectorIndex(EdgeEngine(root))
     await again.search(COLLECTION, 10, vector=corpus.query(0)[0], mode=SearchMode.DENSE)
@@ -171,18 +180,26 @@ async def run(points: int, dim: int, root: Path) -> None:
 
 
 async def _recall(engine: EdgeEngine, corpus: Corpus, n: int = 100) -> float:
-    from qdrant_edge import Query, QueryRequest, SearchParams
+    from qdrant_edge import QuantizationSearchParams, Query, QueryRequest, SearchParams
 
     coll = engine.collection(COLLECTION)
     hits = []
     with coll.reading() as shard:
         for i in range(n):
             vector = corpus.query(i)[0]
-            approx = shard.query(QueryRequest(limit=10, query=Query.Nearest(vector)))
+            # As the index searches (engine.query): HNSW, quantized, rescored.
+            [approx] = engine.query(COLLECTION, [QuerySpec(10, dense=vector)], None)
+            # Exact: every point compared with its full vector, no graph, no quantization.
             exact = shard.query(
-                QueryRequest(limit=10, query=Query.Nearest(vector), params=SearchParams(exact=True))
+                QueryRequest(
+                    limit=10,
+                    query=Query.Nearest(vector),
+                    params=SearchParams(
+                        exact=True, quantization=QuantizationSearchParams(ignore=True)
+                    ),
+                )
             )
-            hits.append(len({p.id for p in approx} & {p.id for p in exact}) / 10)
+            hits.append(len({p.id for p in approx} & {str(p.id) for p in exact}) / 10)
     return statistics.mean(hits)
 
 

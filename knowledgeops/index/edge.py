@@ -35,10 +35,12 @@ from qdrant_edge import (
     EdgeShard,
     PayloadSelector,
     Point,
+    QuantizationSearchParams,
     Query,
     QueryBatchRequest,
     QueryRequest,
     ScrollRequest,
+    SearchParams,
     SparseVector,
     UpdateOperation,
 )
@@ -70,6 +72,10 @@ from knowledgeops.index.engine import (
 log = logging.getLogger(__name__)
 
 META = "meta.json"
+# Dense candidates are found with the int8 quantization in memory, twice as many as asked, then
+# ranked by their full vectors (read from disk): the quantization's recall cost, measured, is
+# in docs/benchmarks.md ("The index at scale").
+_RESCORED = SearchParams(quantization=QuantizationSearchParams(rescore=True, oversampling=2.0))
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -353,9 +359,10 @@ class EdgeEngine(Engine):
                 query = Query.Nearest(
                     SparseVector(spec.sparse.indices, spec.sparse.values), using=SPARSE
                 )
+                params = None
             else:
-                query = Query.Nearest(spec.dense or [])
-            requests.append(QueryRequest(limit=spec.limit, query=query, filter=f))
+                query, params = Query.Nearest(spec.dense or []), _RESCORED
+            requests.append(QueryRequest(limit=spec.limit, query=query, filter=f, params=params))
         with self._get(name).reading() as shard:
             results = shard.query_batch(QueryBatchRequest(requests))
         return [[Scored(str(p.id), float(p.score)) for p in hits] for hits in results]

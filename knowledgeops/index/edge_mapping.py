@@ -17,8 +17,11 @@ from qdrant_edge import (
     HnswIndexConfig,
     MatchAny,
     MatchValue,
+    Memory,
     Modifier,
     PayloadSchemaType,
+    ScalarQuantizationConfig,
+    ScalarType,
 )
 
 from knowledgeops.index.engine import SPARSE, Kind, PointFilter
@@ -54,15 +57,28 @@ def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig
         return max(1, points * dimension * 4 // 1024)
 
     if kind == Kind.VECTORS:
-        # Looked up by id, never searched: no HNSW (m=0), nothing for an optimizer to do.
+        # Looked up by id, never searched: no HNSW (m=0), nothing for an optimizer to do, and
+        # the vectors stay on disk (read a batch at a time by the upsert step).
         return EdgeConfig(
-            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine, memory=Memory.Cold),
             hnsw_config=HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000),
+            payload_memory=Memory.Cold,
         )
+    # Memory, measured at 1M points (docs/benchmarks.md, "The index at scale"): the full
+    # vectors stay on disk (read only to rescore a search's best candidates), their int8
+    # quantization (a quarter of the size) is what HNSW and scans compare in memory.
     return EdgeConfig(
-        vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+        vectors=EdgeVectorParams(
+            size=dimension,
+            distance=Distance.Cosine,
+            memory=Memory.Cold,
+            quantization_config=ScalarQuantizationConfig(
+                ScalarType.Int8, quantile=0.99, memory=Memory.Pinned
+            ),
+        ),
         sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)},
         hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000),
+        payload_memory=Memory.Cold,
         optimizers=EdgeOptimizersConfig(
             # optimize() runs only when the builder decided a build is due: it should then
             # index whatever is unindexed, down to the idle build's size.
