@@ -4,12 +4,12 @@ server when QDRANT_URL is set. Real engines, real vectors (small, deterministic 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from knowledgeops.contracts.search import SearchMode
@@ -53,10 +53,9 @@ def new_collection() -> str:
 
 
 def vec(i: int) -> list[float]:
-    """Distinct unit vectors: vec(i) is nearest to itself, then to its neighbours."""
-    v = [math.cos(i * 0.3 + j) for j in range(DIM)]
-    n = math.sqrt(sum(x * x for x in v))
-    return [x / n for x in v]
+    """A unit vector per i, pseudo-random: vec(i) is nearest to itself and to nothing else."""
+    v = np.random.default_rng(i).standard_normal(DIM)
+    return [float(x) for x in v / np.linalg.norm(v)]
 
 
 def chunks(texts: list[str], heading: str | None = None) -> list[Chunk]:

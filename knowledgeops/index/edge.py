@@ -107,8 +107,10 @@ class Collection:
     # Writes (and swaps) one at a time, so a build's log of writes is in the order applied.
     lock: threading.RLock = field(default_factory=threading.RLock)
     readers: threading.Condition = field(default_factory=threading.Condition)
-    # While a build runs: every write since its copy was taken, replayed onto the copy.
-    oplog: list[UpdateOperation] | None = None
+    # While a build runs: every write since its copy was taken, replayed onto the copy. An
+    # upsert is kept as its point ids only (replayed from the points' state in the live shard):
+    # holding the points themselves cost gigabytes during a long build at 1M points.
+    oplog: list[UpdateOperation | list[PointId]] | None = None
     last_write: float = 0.0
     dirty: bool = False
     dropped: bool = False
@@ -124,11 +126,11 @@ class Collection:
             },
         )
 
-    def write(self, op: UpdateOperation) -> None:
+    def write(self, op: UpdateOperation, upserted: list[PointId] | None = None) -> None:
         with self.lock:
             self.handle.shard.update(op)
             if self.oplog is not None:
-                self.oplog.append(op)
+                self.oplog.append(upserted if upserted is not None else op)
             self.last_write = time.monotonic()
             self.dirty = True
 
@@ -299,7 +301,7 @@ class EdgeEngine(Engine):
                 if p.sparse is not None:
                     vectors[SPARSE] = SparseVector(p.sparse.indices, p.sparse.values)
                 structs.append(Point(p.id, vectors, stored_payload(p.payload)))
-        coll.write(UpdateOperation.upsert_points(structs))
+        coll.write(UpdateOperation.upsert_points(structs), [p.id for p in points])
 
     def retrieve(
         self, name: str, ids: Sequence[PointId], *, payload: bool, dense: bool

@@ -27,9 +27,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from uuid import UUID
 
-from qdrant_edge import EdgeShard
+from qdrant_edge import EdgeShard, Point, UpdateOperation
 
 from knowledgeops.index.edge import Collection, EdgeEngine, Handle, points_of, unindexed_points
 from knowledgeops.index.engine import Kind
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 CHECK_SECONDS = 5.0
 # A failed build is not tried again for this long.
 FAILED_BACKOFF_SECONDS = 300.0
+_REPLAY_BATCH = 1_000
 
 
 class Builder:
@@ -162,18 +165,32 @@ class Builder:
                     return False
                 # The tail is short: replay it with writes paused and swap.
                 if len(pending) <= 16:
-                    for op in pending:
-                        built.update(op)
+                    _replay(pending, coll.handle.shard, built)
                     old = coll.handle
                     coll.handle = Handle(built, folder)
                     coll.save()
                     break
-            for op in pending:
-                built.update(op)
+            _replay(pending, coll.handle.shard, built)
             applied += len(pending)
         coll.retire(old)
         shutil.rmtree(coll.path / old.folder, ignore_errors=True)
         return True
+
+
+def _replay(ops: Sequence[UpdateOperation | list[str]], live: EdgeShard, built: EdgeShard) -> None:
+    """Apply logged writes to the built copy, in order. An upsert's points are read from the
+    live shard as they are now: a later write to one of them is replayed after it anyway, and
+    every write is idempotent, so the copy ends as the live shard is."""
+    for op in ops:
+        if not isinstance(op, list):
+            built.update(op)
+            continue
+        for start in range(0, len(op), _REPLAY_BATCH):
+            ids: list[int | UUID | str] = list(op[start : start + _REPLAY_BATCH])
+            records = live.retrieve(ids, True, True)
+            points = [Point(r.id, r.vector, r.payload) for r in records if r.vector is not None]
+            if points:  # deleted meanwhile: the delete is in the log too
+                built.update(UpdateOperation.upsert_points(points))
 
 
 def _optimize(folder: str) -> None:
