@@ -18,6 +18,8 @@ import asyncio
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -167,15 +169,33 @@ async def run(points: int, dim: int, root: Path) -> None:
     )
     builder.stop()
     index.close()
-    rss = _rss()
-    t = time.perf_counter()
-    again = VectorIndex(EdgeEngine(root))
-    await again.search(COLLECTION, 10, vector=corpus.query(0)[0], mode=SearchMode.DENSE)
-    reopen = time.perf_counter() - t
-    again.close()
     print(
-        f"  reopen + first search: {reopen:.2f} s; peak RSS {rss / 2**20:,.0f} MB; "
+        f"  peak RSS of this process (writing, building, swapping): {_rss() / 2**20:,.0f} MB; "
         f"disk {_disk(root) / 2**20:,.0f} MB"
+    )
+    # A worker started on this index: a fresh process opens it and searches.
+    out = subprocess.run(  # noqa: ASYNC221 (nothing else runs meanwhile)
+        [sys.executable, "-m", "bench.index_scale", "--reopen", str(root), "--dim", str(dim)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    print(out.stdout.rstrip())
+
+
+async def reopen(root: Path, dim: int) -> None:
+    corpus = Corpus(dim)
+    t = time.perf_counter()
+    index = VectorIndex(EdgeEngine(root))
+    await index.search(COLLECTION, 10, vector=corpus.query(0)[0], mode=SearchMode.DENSE)
+    opened = time.perf_counter() - t
+    lat = await _timed(index, 300, corpus, mode=SearchMode.HYBRID)
+    index.close()
+    print(
+        f"  a fresh process: reopen + first search {opened:.2f} s; hybrid p50 "
+        f"{_pct(lat, 0.5):.1f} ms, p95 {_pct(lat, 0.95):.1f} ms; RSS after 300 searches "
+        f"{_rss('VmRSS') / 2**20:,.0f} MB ({_rss('RssAnon') / 2**20:,.0f} MB anonymous), "
+        f"peak {_rss() / 2**20:,.0f} MB"
     )
 
 
@@ -207,7 +227,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--points", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--reopen", type=Path, help=argparse.SUPPRESS)  # the fresh process's part
     args = p.parse_args()
+    if args.reopen:
+        asyncio.run(reopen(args.reopen, args.dim))
+        return
     for n in args.points:
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(run(n, args.dim, Path(tmp) / "index"))
