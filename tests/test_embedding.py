@@ -12,10 +12,12 @@ import pytest
 from knowledgeops.embedding import (
     OPENAI_MAX_INPUTS,
     OPENAI_MAX_TOKENS,
+    LocalEmbedder,
     OpenAIEmbedder,
     _retry_after_seconds,
     make_embedder,
     plan_batches,
+    split_evenly,
 )
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
 from knowledgeops.settings import Settings
@@ -129,6 +131,36 @@ async def test_local_model_serves_the_smallest_waiting_request_first() -> None:
     assert order == ["bulk-0", "small", "bulk-1", "bulk-2"]
     # Free again: the next request does not wait.
     await asyncio.wait_for(embed("after", 64, 0), timeout=1)
+
+
+def test_a_batch_splits_into_even_runs_in_order() -> None:
+    texts = ["a" * 100] + ["b"] * 10
+    assert split_evenly(texts, 2) == [["a" * 100], ["b"] * 10]
+    runs = split_evenly([str(i) for i in range(10)], 4)
+    assert [t for r in runs for t in r] == [str(i) for i in range(10)]
+    assert {len(r) for r in runs} == {2, 3}
+    assert split_evenly(["x", "y"], 4) == [["x"], ["y"]]
+    assert split_evenly([], 2) == []
+
+
+async def test_local_model_in_two_processes_embeds_as_one() -> None:
+    """A batch split between two model processes comes back in input order, each vector the
+    one a single process gives, and both processes did part of the work."""
+    texts = [f"paragraph {i}: the water cycle moves water between sea and land." for i in range(9)]
+    texts += ["为什么要把长文档切分成块？", "how does a retried activity resume?"]
+    one, two = LocalEmbedder(1), LocalEmbedder(2)
+    try:
+        expected = await one.embed(texts)
+        got = await two.embed(texts)
+        # An executor starts its process on the first share given to it.
+        pids = {pid for pool in two._executors() for pid in pool._processes}
+    finally:
+        await one.aclose()
+        await two.aclose()
+    assert len(got) == len(texts) and len(pids) == 2
+    for a, b in zip(got, expected, strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert got[0] != pytest.approx(got[1], abs=1e-3)
 
 
 def test_local_model_process_dies_with_a_killed_worker(tmp_path: Path) -> None:
