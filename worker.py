@@ -124,15 +124,16 @@ async def run_worker(
     await ensure_search_attributes(client, settings.temporal_namespace)
     await ensure_schedules(client, settings)
     async with open_resources(settings) as resources:
+        api = None
+        if serve_api:
+            # Before the workers: a port in use stops start-up before any task is taken.
+            # Its own client: requests fail fast (503) while the workers' client keeps retrying.
+            api = ApiServer(await connect(settings, fail_fast=True), resources, stop)
         workers = build_workers(client, resources)
         tasks = [asyncio.create_task(w.run()) for w in workers]
         # What operators do in Temporal's Web UI / CLI shows up in our events and audit log.
         reconciler = OperatorActions(client, settings, resources.db)
         tasks.append(asyncio.create_task(reconciler.run(stop)))
-        api = None
-        if serve_api:
-            # Its own client: requests fail fast (503) while the workers' client keeps retrying.
-            api = ApiServer(await connect(settings, fail_fast=True), resources, stop)
         if api is not None:
             tasks += api.start()
         if on_ready:
@@ -159,18 +160,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging()
     serve = not settings.qdrant_url and not args.no_api
-    return until_signal(
-        lambda stop: run_worker(
-            settings,
-            stop,
-            serve_api=serve,
-            on_ready=lambda: log.info(
-                "worker ready on %s%s",
-                settings.temporal_address,
-                f"; API on {settings.resolved_api_url}" if serve else "",
-            ),
+    try:
+        return until_signal(
+            lambda stop: run_worker(
+                settings,
+                stop,
+                serve_api=serve,
+                on_ready=lambda: log.info(
+                    "worker ready on %s%s",
+                    settings.temporal_address,
+                    f"; API on {settings.resolved_api_url}" if serve else "",
+                ),
+            )
         )
-    )
+    except RuntimeError as e:
+        log.error("worker stopped: %s", e)
+        return 1
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import httpx
 from knowledgeops.resources import open_resources
 from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect, ensure_search_attributes
-from starter.dev_server import TemporalDevServer, detach_child
+from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure
 from starter.http.serve import ApiServer
 
@@ -38,7 +38,8 @@ RESTART_WINDOW = 300.0
 
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("httpx", "temporalio.activity", "temporalio.workflow"):
+    # Alembic says at INFO what every start does (its context, each migration step).
+    for noisy in ("httpx", "temporalio.activity", "temporalio.workflow", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -112,12 +113,32 @@ def dev_server_for(settings: Settings) -> TemporalDevServer:
     )
 
 
-async def _wait_for_api(settings: Settings, worker: subprocess.Popen[bytes]) -> None:
+def check_ports_free(settings: Settings, server: TemporalDevServer) -> None:
+    """Stop `dev` before it starts anything when a port it needs is taken: a worker whose API
+    cannot bind would otherwise leave `dev` waiting for an API that never answers."""
+    wanted = [
+        (settings.api_host, settings.api_port, "API_PORT"),
+        (server.host, server.port, "TEMPORAL_ADDRESS"),
+        (server.host, server.ui_port, "TEMPORAL_ADDRESS (the Web UI is on its port + 1000)"),
+    ]
+    for host, port, setting in wanted:
+        if port_in_use(host, port):
+            raise RuntimeError(
+                f"port {port} on {host} is already in use (is knowledgeops or another server "
+                f"running?); stop that process, or set {setting} to another port"
+            )
+
+
+async def _wait_for_api(
+    settings: Settings, worker: subprocess.Popen[bytes], stop: asyncio.Event
+) -> None:
     url = f"{settings.resolved_api_url}/healthz"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WORKER_READY_SECONDS
     async with httpx.AsyncClient(timeout=2) as http:
         while loop.time() < deadline:
+            if stop.is_set():
+                return  # Ctrl-C while starting: the caller stops everything
             if worker.poll() is not None:
                 raise RuntimeError(f"the worker process exited with code {worker.returncode}")
             try:
@@ -186,6 +207,7 @@ def run_dev(settings: Settings) -> int:
     check_exposure(settings)  # before anything starts
     configure_logging()
     server = dev_server_for(settings)
+    check_ports_free(settings, server)
     if not settings.admin_tokens:
         # A fresh token per run, so the admin API is usable but never open by default.
         settings = settings.model_copy(
@@ -205,7 +227,9 @@ def run_dev(settings: Settings) -> int:
             worker = subprocess.Popen(  # noqa: ASYNC220
                 worker_command(), env=_child_env(settings), preexec_fn=detach_child
             )
-            await _wait_for_api(settings, worker)
+            await _wait_for_api(settings, worker, stop)
+            if stop.is_set():
+                return
             print(
                 "\nknowledgeops is running\n"
                 f"  Temporal:      {server.address}\n"

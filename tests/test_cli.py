@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,6 +79,8 @@ def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
             assert dev.poll() is None, Path(log.name).read_text()
             assert time.monotonic() < deadline, Path(log.name).read_text()
             time.sleep(0.3)
+        # Start-up says what runs, not how each library got there.
+        assert " INFO alembic" not in Path(log.name).read_text()
         children = psutil.Process(dev.pid).children(recursive=True)
         assert any("temporal" in c.name() for c in children)
         assert any("worker" in c.cmdline() for c in children)
@@ -122,6 +125,43 @@ def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
             dev.kill()
             dev.wait()
         log.close()
+
+
+@pytest.mark.parametrize("taken", ["api", "web-ui"])
+def test_dev_stops_at_once_when_a_port_is_taken(tmp_path: Path, taken: str) -> None:
+    """A port in use ends `dev` before it starts anything, naming the setting to change."""
+    port, api_port = _free_port_pair(), free_port()
+    held = port + 1000 if taken == "web-ui" else api_port
+    environ = {k: v for k, v in os.environ.items() if k not in _OUR_VARS}
+    environ |= {
+        "KNOWLEDGEOPS_DATA_DIR": str(tmp_path / "data"),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+        "API_PORT": str(api_port),
+    }
+    with socket.create_server(("127.0.0.1", held)):
+        started = time.monotonic()
+        r = cli(["dev"], environ, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"port {held} on 127.0.0.1 is already in use" in r.stderr
+    assert ("API_PORT" if taken == "api" else "the Web UI is on its port + 1000") in r.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "data" / "logs" / "temporal.log").exists()  # nothing was started
+
+
+async def test_worker_stops_with_a_message_when_its_api_port_is_taken(settings: Settings) -> None:
+    with socket.create_server(("127.0.0.1", settings.api_port)):
+        r = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "worker"],
+            cwd=ROOT,
+            env=settings_env(settings),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"the API cannot listen on 127.0.0.1:{settings.api_port}" in r.stderr
+    assert "set API_PORT" in r.stderr
 
 
 @pytest.mark.parametrize("command", ["status", "cancel"])
