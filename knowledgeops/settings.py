@@ -97,8 +97,6 @@ class Settings(BaseSettings):
     # Address space cap for the parser subprocess: a hostile file kills the parser, not the worker.
     parser_memory_mb: int = Field(default=1024, ge=128, alias="PARSER_MEMORY_MB")
 
-    # Activities one worker runs at once (imports in flight). The local embedder serialises
-    # on the CPU anyway; more helps with a remote embedding API.
     # Activities one worker runs at once per queue. Most of them wait (on the one local model,
     # a model server, the index), so slots are cheap; too few and a small document's next step
     # waits for a bulk import's activity to finish before it even starts (fair scheduling).

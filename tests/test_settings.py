@@ -3,6 +3,7 @@ reaches them, in-process or in a child process."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,26 @@ def test_test_settings_ignore_the_environment_and_dotenv(
     child_env = settings_env(s)
     assert child_env["QDRANT_URL"] == "" and child_env["EMBEDDING_PROVIDER"] == "local"
     assert set(child_env) >= {f.alias for f in Settings.model_fields.values() if f.alias}
+
+
+def test_env_example_documents_every_setting_and_only_those() -> None:
+    """.env.example is where an operator finds what can be set: a new setting must be added
+    there (with its default), and a removed one taken out."""
+    text = (Path(__file__).resolve().parent.parent / ".env.example").read_text()
+    documented = dict(
+        line.removeprefix("# ").split("=", 1)
+        for line in text.splitlines()
+        if re.fullmatch(r"(# )?[A-Z][A-Z0-9_]*=.*", line)
+    )
+    fields = {f.alias: f for f in Settings.model_fields.values() if f.alias}
+    assert sorted(set(fields) - set(documented)) == [], "settings missing from .env.example"
+    assert sorted(set(documented) - set(fields)) == [], ".env.example names unknown settings"
+    for alias, value in documented.items():
+        field = fields[alias]
+        if field.default_factory is None:
+            # The value shown is the default, as the setting reads it.
+            assert Settings(**{alias: value}).model_dump()[_name(alias)] == field.default, alias
+
+
+def _name(alias: str) -> str:
+    return next(n for n, f in Settings.model_fields.items() if f.alias == alias)
