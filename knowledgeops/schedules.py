@@ -22,16 +22,15 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import (
     REGISTRY,
-    TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskSpec,
     TaskType,
     spec_for,
+    task_search_attributes,
 )
 
 
@@ -63,10 +62,9 @@ def _schedule(settings: Settings, spec: TaskSpec, cron: str) -> Schedule:
             id=settings.task_id(spec.task_type.task_name("scheduled")),
             task_queue=settings.queue(spec.task_queue.value),
             execution_timeout=spec.execution_timeout,
-            typed_search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
-            ),
+            typed_search_attributes=task_search_attributes(spec.task_type),
             memo={"requested_by": "schedule"},
+            static_summary=f"{spec.summary} (scheduled)",
         ),
         spec=ScheduleSpec(cron_expressions=[cron]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),

@@ -14,11 +14,26 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
 from temporalio.workflow import ActivityCancellationType
 
-# Keyword search attribute set on every workflow we start; operators filter by it in the Web UI.
+# Keyword search attributes of the workflows we start; operators filter by them in the Web UI
+# (`TaskType = "DOCUMENT_IMPORT" AND Owner = "alice"`). TaskType is on every one; DocumentId on
+# a task about one document, Owner on a task started for one.
 TASK_TYPE_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("TaskType")
+DOCUMENT_ID_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("DocumentId")
+OWNER_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("Owner")
+# Registered by `dev` and `server`, and at every worker's and API's start.
+SEARCH_ATTRIBUTES = (
+    TASK_TYPE_SEARCH_ATTRIBUTE,
+    DOCUMENT_ID_SEARCH_ATTRIBUTE,
+    OWNER_SEARCH_ATTRIBUTE,
+)
 # Longest heartbeat timeout the product allows: nothing runs 30 minutes unobserved.
 MAX_HEARTBEAT_TIMEOUT = timedelta(minutes=30)
 
@@ -126,6 +141,27 @@ class TaskSpec:
     @property
     def implemented(self) -> bool:
         return self.workflow_class is not None
+
+    @property
+    def summary(self) -> str:
+        """What a task of this type does, in one line: the Web UI's summary of a task that was
+        given none of its own (its description's first sentence)."""
+        first = self.description.split(". ", 1)[0].split("; ", 1)[0].rstrip(".")
+        return f"{self.task_type.value}: {first}"
+
+
+def task_search_attributes(
+    task_type: TaskType, *, document_id: str | None = None, owner: str | None = None
+) -> TypedSearchAttributes:
+    """The search attributes a task of `task_type` starts with."""
+    pairs: list[SearchAttributePair[str]] = [
+        SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, task_type.value)
+    ]
+    if document_id:
+        pairs.append(SearchAttributePair(DOCUMENT_ID_SEARCH_ATTRIBUTE, document_id))
+    if owner:
+        pairs.append(SearchAttributePair(OWNER_SEARCH_ATTRIBUTE, owner))
+    return TypedSearchAttributes(pairs)
 
 
 def retry(attempts: int, *, initial: float = 1.0, maximum: float = 60.0) -> RetryPolicy:

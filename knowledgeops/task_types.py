@@ -23,26 +23,34 @@ from datetime import timedelta
 
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS
 from knowledgeops.task_spec import (
+    DOCUMENT_ID_SEARCH_ATTRIBUTE,
     EXPRESS_PRIORITY,
     MAX_HEARTBEAT_TIMEOUT,
+    OWNER_SEARCH_ATTRIBUTE,
+    SEARCH_ATTRIBUTES,
     TASK_TYPE_SEARCH_ATTRIBUTE,
     ActivityOptions,
     TaskQueue,
     TaskSpec,
     TaskType,
     load,
+    task_search_attributes,
 )
 from knowledgeops.task_spec import retry as _retry
 from knowledgeops.task_specs import ai, ingest, maintenance
 
 __all__ = [
+    "DOCUMENT_ID_SEARCH_ATTRIBUTE",
     "EXPRESS_PRIORITY",
     "MAX_HEARTBEAT_TIMEOUT",
+    "OWNER_SEARCH_ATTRIBUTE",
+    "SEARCH_ATTRIBUTES",
     "TASK_TYPE_SEARCH_ATTRIBUTE",
     "TaskQueue",
     "TaskSpec",
     "TaskType",
     "load",
+    "task_search_attributes",
 ]
 
 # Activities every workflow uses, registered on every task queue.

@@ -15,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
+from knowledgeops.task_types import SEARCH_ATTRIBUTES
 
 # For clients that answer people (the HTTP API): give up on an unreachable server after about
 # a second, so a request fails fast with a 503, instead of after the default's ~9 s of retries.
@@ -48,15 +48,15 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
     existing = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace)
     )
-    name = TASK_TYPE_SEARCH_ATTRIBUTE.name
-    if name in existing.custom_attributes:
-        return
-    await client.operator_service.add_search_attributes(
-        AddSearchAttributesRequest(
-            namespace=namespace,
-            search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+    missing = {
+        key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+        for key in SEARCH_ATTRIBUTES
+        if key.name not in existing.custom_attributes
+    }
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
         )
-    )
 
 
 # What Temporal answers (or what the client concludes) when the server cannot be reached.

@@ -23,7 +23,7 @@ from typing import IO
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
+from knowledgeops.task_types import SEARCH_ATTRIBUTES
 
 DYNAMIC_CONFIG = {
     "history.transferProcessorMaxPollRPS": "1000",
@@ -109,8 +109,7 @@ class TemporalDevServer:
             self.host,
             "--port",
             str(self.port),
-            "--search-attribute",
-            f"{TASK_TYPE_SEARCH_ATTRIBUTE.name}=Keyword",
+            *(f"--search-attribute={key.name}=Keyword" for key in SEARCH_ATTRIBUTES),
             "--log-level",
             "warn",
         ]

@@ -213,6 +213,7 @@ class DocumentService:
             # Fair scheduling: a small document's parse, embed and upsert go ahead of a bulk
             # import's backlog, so a one-page upload is not stuck behind big files.
             priority=import_priority(size, self.settings.small_document_bytes),
+            summary=f"Import {filename}" + (f" ({meta.title})" if meta.title else ""),
         )
         return ImportRef(task_id=ref.task_id, run_id=ref.run_id, document_id=doc_id)
 

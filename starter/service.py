@@ -23,8 +23,6 @@ from temporalio.client import (
 )
 from temporalio.common import (
     Priority,
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -42,6 +40,7 @@ from knowledgeops.task_types import (
     TaskSpec,
     TaskType,
     spec_for,
+    task_search_attributes,
 )
 from starter import task_queries as tq
 from starter.task_queries import FINISHED, is_pending, status_name
@@ -132,9 +131,11 @@ class TaskQueueService:
         owner: str | None = None,
         memo: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        summary: str | None = None,
     ) -> TaskRef:
         """Validate and start a task. `task_id` (before the deployment prefix) names a task
-        that must never run twice at once: a duplicate submission joins the running one."""
+        that must never run twice at once: a duplicate submission joins the running one.
+        `summary`: what the Web UI lists the task as (default: what its type does)."""
         spec = spec_for(task_type)
         if spec.workflow_name is None or not spec.implemented:
             raise TaskNotImplementedError(
@@ -172,8 +173,12 @@ class TaskQueueService:
                 id=task_id,
                 task_queue=self.settings.queue(spec.task_queue.value),
                 execution_timeout=spec.execution_timeout,
-                search_attributes=_task_type_attribute(spec.task_type),
+                search_attributes=task_search_attributes(
+                    spec.task_type, document_id=_document_id(model), owner=owner
+                ),
                 memo={k: v for k, v in memo.items() if v},
+                static_summary=_one_line(summary or spec.summary),
+                static_details=_details(spec, model, requested_by, owner),
                 # A duplicate submission while the task runs joins it instead of doubling it.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=reuse,
@@ -317,8 +322,10 @@ class TaskQueueService:
             id=task_id,
             task_queue=queue,
             execution_timeout=spec.execution_timeout,
-            search_attributes=_task_type_attribute(spec.task_type),
+            search_attributes=desc.typed_search_attributes,
             memo={**_carry_memo(memo), RETRY_OF_MEMO: desc.run_id, "retried_by": actor},
+            static_summary=await desc.static_summary() or spec.summary,
+            static_details=await desc.static_details(),
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
         return TaskRef(task_id=task_id, run_id=handle.result_run_id, task_type=spec.task_type)
@@ -377,8 +384,31 @@ def _task_must_exist(task_id: str) -> Iterator[None]:
         raise
 
 
-def _task_type_attribute(task_type: TaskType) -> TypedSearchAttributes:
-    return TypedSearchAttributes([SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, task_type.value)])
+def _document_id(payload: BaseModel) -> str | None:
+    value = getattr(payload, "document_id", None)
+    return value if isinstance(value, str) else None
+
+
+def _one_line(text: str) -> str:
+    # The Web UI shows a summary on one line of the workflow list.
+    line = " ".join(text.split())
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+def _details(
+    spec: TaskSpec, payload: BaseModel, requested_by: str | None, owner: str | None
+) -> str:
+    """The Web UI's details of a task (Markdown): what it is and who asked."""
+    lines = [spec.description]
+    document_id = _document_id(payload)
+    for label, value in (
+        ("Document", document_id),
+        ("Owner", owner),
+        ("Requested by", requested_by),
+    ):
+        if value:
+            lines.append(f"**{label}:** `{value}`")
+    return "\n\n".join(lines)
 
 
 def _carry_memo(memo: Mapping[str, Any]) -> dict[str, Any]:

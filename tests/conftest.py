@@ -85,6 +85,8 @@ def settings(temporal_server: TemporalDevServer, tmp_path: Path, database_url: s
         CHUNK_TOKENS=64,
         CHUNK_OVERLAP=8,
         API_PORT=free_port(),
+        # Tests embed a few texts: one model process starts soonest (test_embedding runs two).
+        LOCAL_EMBEDDING_PROCESSES=1,
     )
 
 

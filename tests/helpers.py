@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import zipfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from activities.ingest.parse_runner import run_chunk, run_parse
 from activities.ingest.parser_process import ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.stores.chunk_store import publish, sections_file
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "the condition",
+) -> T:
+    """Poll `probe()` until `done(value)`; return that value, or fail naming what it last saw
+    (for what settles eventually, like Temporal's visibility store)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{what} did not hold within {timeout:.0f} s; last seen: {value!r}"
+            )
+        await asyncio.sleep(interval)
 
 
 def numbered_paragraphs(n: int, words: int = 40) -> str:

@@ -34,7 +34,6 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -55,9 +54,9 @@ with workflow.unsafe.imports_passed_through():
     from knowledgeops.task_types import (
         EXPRESS_PRIORITY,
         REGISTRY,
-        TASK_TYPE_SEARCH_ATTRIBUTE,
         TaskType,
         activity_options,
+        task_search_attributes,
     )
 
 P = TypeVar("P", bound=BaseModel)
@@ -151,10 +150,11 @@ class TaskWorkflow(Generic[P, R]):
             id=self.child_task_id(task_type, suffix),
             task_queue=self.task_id_for(spec.task_queue.value),
             execution_timeout=spec.execution_timeout,
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(TASK_TYPE_SEARCH_ATTRIBUTE, spec.task_type.value)]
+            search_attributes=task_search_attributes(
+                spec.task_type, document_id=getattr(payload, "document_id", None), owner=owner
             ),
             memo=memo,
+            static_summary=spec.summary,
             parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             result_type=result_type,
         )
@@ -173,6 +173,8 @@ class TaskWorkflow(Generic[P, R]):
             self._progress.total = total
         if done is not None:
             self._progress.done = done
+        # The Web UI's "current details" of the run (read by a query: no history event).
+        workflow.set_current_details(self._progress.line())
         if memo:
             workflow.upsert_memo(
                 {PROGRESS_MEMO: self._progress.model_dump(), BEGAN_MEMO: self._began}

@@ -42,6 +42,15 @@ class Progress(BaseModel):
     total: int | None = Field(default=None, ge=0)
     unit: str = "steps"
 
+    def line(self) -> str:
+        """As a person reads it: `completed: 3,123 / 3,123 chunks`, or `embedding: 3,123
+        chunks` where the count done lives in the running activity's heartbeat."""
+        if self.total is None:
+            return self.stage
+        if not self.done:
+            return f"{self.stage}: {self.total:,} {self.unit}"
+        return f"{self.stage}: {self.done:,} / {self.total:,} {self.unit}"
+
 
 class Checkpoint(BaseModel):
     """Heartbeat details of a long activity: the progress a reader shows and the point a
