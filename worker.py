@@ -106,7 +106,9 @@ def build_workers(client: Client, resources: Resources) -> Sequence[Worker]:
             or resources.settings.worker_max_activities,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-            graceful_shutdown_timeout=timedelta(seconds=5),
+            graceful_shutdown_timeout=timedelta(
+                seconds=resources.settings.worker_shutdown_grace_seconds
+            ),
         )
         for queue, plan in plan_queues(resources).items()
     ]

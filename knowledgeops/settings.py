@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     # a model server, the index), so slots are cheap; too few and a small document's next step
     # waits for a bulk import's activity to finish before it even starts (fair scheduling).
     worker_max_activities: int = Field(default=32, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
+    # On SIGTERM a worker stops taking work and gives running activities this long to finish;
+    # then they are cancelled, keep their last heartbeat's checkpoint, and are retried at once
+    # on another worker, which resumes from it (a deploy loses no work).
+    worker_shutdown_grace_seconds: float = Field(
+        default=5.0, ge=0, le=3600, alias="WORKER_SHUTDOWN_GRACE_SECONDS"
+    )
     # Imports of files up to this size run at a higher Temporal priority (fair scheduling).
     small_document_bytes: int = Field(default=32 * 1024, ge=0, alias="SMALL_DOCUMENT_BYTES")
 

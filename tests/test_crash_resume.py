@@ -1,8 +1,10 @@
-"""SIGKILL the worker in the middle of embedding; a new worker finishes the import.
+"""SIGKILL the worker in the middle of embedding (a crash), or SIGTERM it (a deploy); a new
+worker finishes the import.
 
 The figures that matter: the point count equals the chunk count exactly (no duplicates, no
 gaps), and at most two batches were embedded twice (paid twice). The domain events and the
-catalogue come through the crash whole: each event once, in order."""
+catalogue come through the crash whole: each event once, in order. A SIGTERM drains: the worker
+exits within its grace period, and the retry starts at once, not after a heartbeat timeout."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import asyncio
 import signal
 import time
 from pathlib import Path
+
+import pytest
 
 from knowledgeops.contracts.events import EventType
 from knowledgeops.index.opening import open_index
@@ -22,12 +26,19 @@ from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
 
 BATCH = 32
+GRACE_SECONDS = 1.0
 
 
-async def test_sigkill_mid_embedding_resumes_without_duplicates(
-    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+async def test_a_worker_stopped_mid_embedding_resumes_without_duplicates(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    cfg = openai_settings(settings, fake_openai, embedding_batch_size=BATCH)
+    cfg = openai_settings(
+        settings,
+        fake_openai,
+        embedding_batch_size=BATCH,
+        worker_shutdown_grace_seconds=GRACE_SECONDS,
+    )
     doc = tmp_path / "big.txt"
     doc.write_text(numbered_paragraphs(1100))
     fake_openai.latency = 0.08
@@ -44,8 +55,10 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
                 assert first.poll() is None, log.read_text()[-3000:]
                 await asyncio.sleep(0.01)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
+            first.send_signal(sig)
+            stopping = time.monotonic()
+            code = await asyncio.to_thread(first.wait, 30)
+            drained_in = time.monotonic() - stopping
             at_kill = fake_openai.embedded_count()
             killed_at = time.monotonic()
 
@@ -92,5 +105,10 @@ async def test_sigkill_mid_embedding_resumes_without_duplicates(
     # (>= 400) would show up as reused (found in the index by content hash) instead.
     assert st.result["embedded"] + st.result["reused"] == total  # type: ignore[index]
     assert st.result["reused"] <= 3 * BATCH, st.result  # type: ignore[index]
+    if sig == signal.SIGTERM:
+        # Drained: a clean exit within the grace period (plus shutting down the rest), and
+        # the cancelled attempt was handed back at once: no heartbeat timeout to wait out.
+        assert code == 0 and drained_in < GRACE_SECONDS + 10, (code, drained_in)
+        assert recovery < 20, recovery
     # Heartbeat timeout (20 s) + retry backoff (2 s) + start-up of the new worker.
     assert recovery < 60, recovery
