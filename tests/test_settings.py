@@ -52,5 +52,12 @@ def test_env_example_documents_every_setting_and_only_those() -> None:
             assert Settings(**{alias: value}).model_dump()[_name(alias)] == field.default, alias
 
 
+def test_configuration_page_names_every_setting() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    named = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", page))
+    aliases = {f.alias for f in Settings.model_fields.values() if f.alias}
+    assert sorted(aliases - named) == [], "settings missing from docs/configuration.md"
+
+
 def _name(alias: str) -> str:
     return next(n for n, f in Settings.model_fields.items() if f.alias == alias)
