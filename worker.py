@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(e)
         return 2
-    configure_logging()
+    configure_logging(settings)
     serve = not settings.qdrant_url and not args.no_api
     try:
         return until_signal(

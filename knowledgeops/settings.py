@@ -166,6 +166,10 @@ class Settings(BaseSettings):
     cleanup_schedule: str = Field(default="30 3 * * *", alias="CLEANUP_SCHEDULE")
     report_schedule: str = Field(default="0 6 * * 1", alias="REPORT_SCHEDULE")
 
+    # "json": one JSON object per log line, with the task id, task type, run, activity and
+    # attempt of the task it was written for (for a log store); "text": for a terminal.
+    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")
+
     api_host: str = Field(default="127.0.0.1", alias="API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, alias="API_PORT")
     api_url: str = Field(default="", alias="API_URL")

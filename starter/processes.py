@@ -27,6 +27,7 @@ from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure
 from starter.http.serve import ApiServer
+from starter.log_format import JsonLogFormatter
 
 log = logging.getLogger("knowledgeops")
 # How long `dev` waits for its worker process to load the model and serve the API.
@@ -36,8 +37,13 @@ RESTARTS_ALLOWED = 3
 RESTART_WINDOW = 300.0
 
 
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def configure_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler()
+    if settings.log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     # Alembic says at INFO what every start does (its context, each migration step).
     for noisy in ("httpx", "temporalio.activity", "temporalio.workflow", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -205,7 +211,7 @@ def _access_line(settings: Settings) -> str:
 def run_dev(settings: Settings) -> int:
     """Temporal dev server + worker (+ API) in one process tree; Ctrl-C / SIGTERM stops all."""
     check_exposure(settings)  # before anything starts
-    configure_logging()
+    configure_logging(settings)
     server = dev_server_for(settings)
     check_ports_free(settings, server)
     if not settings.admin_tokens:
@@ -281,7 +287,7 @@ def run_api(settings: Settings) -> int:
     """Only the HTTP API (no workers). With the embedded index this needs the index folder to
     be free, i.e. no worker running on it: use `dev`/`worker`, or QDRANT_URL."""
     check_exposure(settings)
-    configure_logging()
+    configure_logging(settings)
     return until_signal(
         lambda stop: serve_api_only(
             settings, stop, lambda: print(f"API on {settings.resolved_api_url}", flush=True)
