@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -436,8 +435,3 @@ def load_settings() -> Settings:
         raise SettingsError(
             "Invalid setting(s); fix the environment or .env and start again:\n" + "\n".join(lines)
         ) from None
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    return load_settings()
