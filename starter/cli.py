@@ -8,13 +8,17 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knowledgeops.settings import Settings, SettingsError, load_settings
 from knowledgeops.task_types import TaskType, spec_for
+from starter.cli_common import actor, follow_and_report, print_status, task_service
+
+if TYPE_CHECKING:
+    from starter.documents import ImportRef
+    from starter.service import TaskQueueService
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,26 +173,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def actor() -> str:
-    """Who the audit log names for a CLI action."""
-    return f"cli:{os.environ.get('USER', 'unknown')}"[:200]  # the audit column's width
-
-
-@asynccontextmanager
-async def task_service(settings: Settings) -> AsyncIterator[Any]:
-    """A TaskQueueService with the database (the audit log and the document catalogue)."""
-    from knowledgeops.stores.database import Database
-    from knowledgeops.temporal import connect
-    from starter.service import TaskQueueService
-
-    client = await connect(settings)
-    db = await Database.open(settings)
-    try:
-        yield TaskQueueService(client, settings, db)
-    finally:
-        await db.close()
-
-
 async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in ("backup", "restore", "reindex"):
         from starter import cli_maintenance
@@ -233,7 +217,7 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     raise AssertionError(args.command)
 
 
-async def _run_task(service: Any, args: argparse.Namespace) -> int:
+async def _run_task(service: TaskQueueService, args: argparse.Namespace) -> int:
     text = args.payload
     if text.startswith("@"):
         text = await asyncio.to_thread(Path(text[1:]).read_text)
@@ -253,7 +237,7 @@ async def _run_task(service: Any, args: argparse.Namespace) -> int:
     return await follow_and_report(service, [(args.task_type, ref.task_id)], quiet=args.json)
 
 
-async def _schedules(service: Any, args: argparse.Namespace) -> int:
+async def _schedules(service: TaskQueueService, args: argparse.Namespace) -> int:
     from knowledgeops import schedules
 
     client, settings = service.client, service.settings
@@ -286,7 +270,7 @@ async def _schedules(service: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _import_by_payload(service: Any, raw: Any, key: str | None) -> Any:
+async def _import_by_payload(service: TaskQueueService, raw: Any, key: str | None) -> ImportRef:
     """A DOCUMENT_IMPORT goes through the document path (its one task id, admission), as
     `POST /v1/tasks` does: two imports of one document must never race."""
     from pydantic import ValidationError
@@ -300,6 +284,7 @@ async def _import_by_payload(service: Any, raw: Any, key: str | None) -> Any:
     except ValidationError as e:
         problems = validation_text(e.errors())
         raise ValueError(f"Invalid DOCUMENT_IMPORT payload: {problems}") from None
+    assert service.db is not None  # task_service opens it
     documents = DocumentService(service, service.db, service.settings)
     await documents.admit_stored(payload.file_id)
     return await documents.import_stored(
@@ -312,31 +297,6 @@ async def _import_by_payload(service: Any, raw: Any, key: str | None) -> Any:
         chunking=payload.chunking,
         embed_batch_size=payload.embed_batch_size,
     )
-
-
-async def follow_and_report(service: Any, tasks: list[tuple[str, str]], *, quiet: bool) -> int:
-    """Progress bars until every task finishes; exit code 0 only if all completed."""
-    from starter.progress import follow
-
-    statuses = await follow(service, tasks, quiet=quiet)
-    if quiet:
-        print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
-    return 0 if all(s.status == "completed" for s in statuses) else 1
-
-
-def print_status(st: Any) -> None:
-    p = st.progress
-    done = f"{p.done}/{p.total}" if p.total is not None else f"{p.done}"
-    print(f"task:     {st.task_id}  ({st.task_type})")
-    print(f"status:   {st.status}   stage: {p.stage}   {p.unit}: {done}")
-    if p.eta_seconds is not None:
-        print(f"eta:      {p.eta_seconds:.0f}s")
-    if st.attempts > 1:
-        print(f"attempts: {st.attempts}")
-    if st.last_error:
-        print(f"error:    {st.last_error}")
-    if st.result:
-        print(f"result:   {json.dumps(st.result, ensure_ascii=False)}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import httpx
 
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.settings import Settings
-from starter.cli import actor, follow_and_report, print_status, task_service
+from starter.cli_common import actor, follow_and_report, print_status, task_service
 from starter.document_chunks import ChunkPage, check_page
 from starter.documents import Deleted, DocumentDetail, DocumentService
 from starter.search import SearchHit
@@ -36,12 +36,15 @@ async def command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 @asynccontextmanager
-async def _document_service(settings: Settings, *, with_index: bool) -> AsyncIterator[Any]:
+async def _document_service(
+    settings: Settings, *, with_index: bool
+) -> AsyncIterator[DocumentService]:
     from knowledgeops.index.opening import open_index
 
     store = open_index(settings, build=False) if with_index else None
     try:
         async with task_service(settings) as service:
+            assert service.db is not None  # task_service opens it
             yield DocumentService(service, service.db, settings, store)
     finally:
         if store is not None:
@@ -119,15 +122,15 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
                 detail = await documents.get(args.document_id)
         else:
             detail = DocumentDetail.model_validate(raw)
-        page, problem = await _chunk_page(args, settings) if args.chunks else (None, None)
+        chunks, problem = await _chunk_page(args, settings) if args.chunks else (None, None)
         if args.json:
             if problem is not None:
                 print(f"error: {problem}", file=sys.stderr)
                 return 1
-            if page is None:
+            if chunks is None:
                 print(detail.model_dump_json(indent=2))
             else:  # both, one JSON document
-                both = {"document": detail.model_dump(mode="json"), "chunks": page.model_dump()}
+                both = {"document": detail.model_dump(mode="json"), "chunks": chunks.model_dump()}
                 print(json.dumps(both, ensure_ascii=False, indent=2))
             return 0
         print(f"document: {detail.document_id}  {detail.title or detail.filename}")
@@ -140,8 +143,8 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             return 1
-        if page is not None:
-            _print_chunks(page)
+        if chunks is not None:
+            _print_chunks(chunks)
         return 0
     reason = args.reason
     # Through the API the audit names the API token's caller (API_TOKEN), not this user.

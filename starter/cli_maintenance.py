@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import TaskType
-from starter.cli import actor, follow_and_report, task_service
+from starter.cli_common import actor, follow_and_report, task_service
+
+if TYPE_CHECKING:
+    from starter.service import TaskQueueService
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
@@ -57,7 +60,7 @@ async def _reindex(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _report(
-    service: Any,
+    service: TaskQueueService,
     args: argparse.Namespace,
     label: str,
     ref: Any,

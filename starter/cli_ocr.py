@@ -7,12 +7,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrResults
 from knowledgeops.task_types import TaskType
+from starter.cli_common import actor, follow_and_report
+
+if TYPE_CHECKING:
+    from starter.service import TaskQueueService
 
 
 def add_parser(sub: Any) -> None:
@@ -41,8 +45,7 @@ def parse_pages(spec: str | None) -> list[int] | None:
     return pages
 
 
-async def command(service: Any, args: argparse.Namespace, settings: Settings) -> int:
-    from starter.cli import actor, follow_and_report
+async def command(service: TaskQueueService, args: argparse.Namespace, settings: Settings) -> int:
 
     path: Path = args.path
     pages = parse_pages(args.pages)

@@ -1,0 +1,64 @@
+"""What the CLI's command modules share: who acts, the task service, following tasks.
+
+Imports of the heavy modules (Temporal client, database) stay inside the functions, so a
+command that needs none of them starts fast."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from knowledgeops.settings import Settings
+
+if TYPE_CHECKING:
+    from starter.service import TaskQueueService, TaskStatus
+
+
+def actor() -> str:
+    """Who the audit log names for a CLI action."""
+    return f"cli:{os.environ.get('USER', 'unknown')}"[:200]  # the audit column's width
+
+
+@asynccontextmanager
+async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
+    """A TaskQueueService with the database (the audit log and the document catalogue)."""
+    from knowledgeops.stores.database import Database
+    from knowledgeops.temporal import connect
+    from starter.service import TaskQueueService
+
+    client = await connect(settings)
+    db = await Database.open(settings)
+    try:
+        yield TaskQueueService(client, settings, db)
+    finally:
+        await db.close()
+
+
+async def follow_and_report(
+    service: TaskQueueService, tasks: list[tuple[str, str]], *, quiet: bool
+) -> int:
+    """Progress bars until every task finishes; exit code 0 only if all completed."""
+    from starter.progress import follow
+
+    statuses = await follow(service, tasks, quiet=quiet)
+    if quiet:
+        print(json.dumps([s.model_dump(mode="json") for s in statuses], indent=2))
+    return 0 if all(s.status == "completed" for s in statuses) else 1
+
+
+def print_status(st: TaskStatus) -> None:
+    p = st.progress
+    done = f"{p.done}/{p.total}" if p.total is not None else f"{p.done}"
+    print(f"task:     {st.task_id}  ({st.task_type})")
+    print(f"status:   {st.status}   stage: {p.stage}   {p.unit}: {done}")
+    if p.eta_seconds is not None:
+        print(f"eta:      {p.eta_seconds:.0f}s")
+    if st.attempts > 1:
+        print(f"attempts: {st.attempts}")
+    if st.last_error:
+        print(f"error:    {st.last_error}")
+    if st.result:
+        print(f"result:   {json.dumps(st.result, ensure_ascii=False)}")
