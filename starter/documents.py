@@ -191,6 +191,7 @@ class DocumentService:
         meta = metadata or DocumentMetadata()
         doc_id = document_id or derive_document_id(file_id, meta.owner)
         await self.check_document_id(doc_id, visible_to)
+        size = await asyncio.to_thread(self._stored_size, file_id)
         payload = DocumentImportPayload(
             file_id=file_id,
             document_id=doc_id,
@@ -199,8 +200,8 @@ class DocumentService:
             # None: the live index's chunking (CHUNK_TOKENS until a re-index sets another).
             chunking=chunking,
             embed_batch_size=embed_batch_size or self.settings.embedding_batch_size,
+            local_steps=size <= self.settings.small_document_bytes,
         )
-        size = await asyncio.to_thread(self._stored_size, file_id)
         ref = await self.tasks.enqueue(
             TaskType.DOCUMENT_IMPORT,
             payload,

@@ -270,6 +270,28 @@ async def test_retried_activity_resumes_from_its_checkpoint(
         assert result["embedded"] == total
 
 
+async def test_a_manual_retry_of_a_small_document_keeps_its_local_steps(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Local steps are the payload's, not the run's priority: a manual retry (a new run at the
+    default priority) of a small document's failed import runs them locally again."""
+    doc = tmp_path / "note.txt"
+    doc.write_text(numbered_paragraphs(3))
+    fake_openai.fail_on[1] = Fault(401)  # refused: the import fails at once, not retried
+    async with running_env(openai_settings(settings, fake_openai)) as env:
+        failed = await import_and_wait(env, doc)
+        assert failed.status == "failed", failed.last_error
+        await env.service.retry(failed.task_id, reason="test", actor="test")
+        st = await env.service.wait(failed.task_id, timeout=WAIT)
+        history = await env.client.get_workflow_handle(st.task_id).fetch_history()
+        attempts = await activity_attempts(env, st.task_id)
+    assert st.status == "completed", st.last_error
+    queued = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert queued == [] and ("embed_chunks", 1) in attempts, attempts
+
+
 async def test_rejected_key_fails_without_retry_and_cleans_up(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:

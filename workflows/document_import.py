@@ -99,9 +99,9 @@ async def parse_and_chunk(
 
 
 # Outside the sandbox: for a small document the sandbox (a fresh import of this module per run,
-# a context switch into it per payload) was half the worker's CPU. Measured, 400 one-chunk
-# notes: 15.7 -> 24.4 documents/s. The code stays sandbox-clean: tests/test_replay.py replays
-# import histories in the sandbox, which fails on any non-deterministic call.
+# a context switch into it per payload) was half the worker's CPU (docs/benchmarks.md, "Many
+# small documents"). The code stays sandbox-clean: tests/test_replay.py replays import
+# histories in the sandbox, which fails on any non-deterministic call.
 @workflow.defn(name="DocumentImport", sandboxed=False)
 class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportResult]):
     task_type = TaskType.DOCUMENT_IMPORT
@@ -126,13 +126,13 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
         # The same for every run of this task's chain (a retry, an operator's reset).
         version = (info.first_execution_run_id or info.run_id).replace("-", "")
         mine = VersionRequest(document_id=doc, version=version)
-        # A small document (the service starts its import at EXPRESS_PRIORITY) runs its steps
-        # as local activities: each takes milliseconds, and the whole import is then one
-        # workflow task instead of six plus five activity tasks. Measured with 300 one-chunk
-        # notes: 11.3 -> 15.5 documents/s, the Temporal server's CPU per note ~103 -> ~23 ms.
-        # Bigger files keep queued activities, which heartbeat their checkpoints.
-        # patched(): an import started before this change replays on its queued steps.
-        local = self.express() and workflow.patched("small-document-local-steps")
+        # A small document runs its steps as local activities: each takes milliseconds, and
+        # the whole import is then one workflow task instead of six plus five activity tasks
+        # (docs/benchmarks.md, "Many small documents"). Bigger files keep queued activities,
+        # which heartbeat their checkpoints. An import started before `local_steps` existed
+        # says it by its priority; one started before local steps, by not being patched.
+        small = payload.local_steps if payload.local_steps is not None else self.express()
+        local = small and workflow.patched("small-document-local-steps")
         # From the first write on, a failure or cancel removes what this import wrote (its
         # sections, chunks and staged points); the live version stays searchable.
         self.on_failure("staged_discarded", lambda: self.activity(DISCARD_VERSION, mine))

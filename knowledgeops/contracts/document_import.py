@@ -34,6 +34,10 @@ class DocumentImportPayload(BaseModel):
     # None: the live index's chunking (the default, or what the last re-index chose).
     chunking: ChunkingOptions | None = None
     embed_batch_size: int = Field(default=64, ge=1, le=2048)
+    # Parse, chunk, embed, upsert and publish as local activities, in one workflow task: for a
+    # small document (the service sets it from SMALL_DOCUMENT_BYTES). None: decided by the
+    # task's priority, as imports started before this field were.
+    local_steps: bool | None = None
 
 
 class ParseRequest(BaseModel):
