@@ -16,7 +16,6 @@ import re
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities import artifacts_local as local
 from activities.artifacts_model import combine_answers
 from activities.map_reduce import (
     WorkDir,
@@ -47,10 +46,12 @@ from knowledgeops.contracts.analysis import (
     Source,
 )
 from knowledgeops.index.points import Scope
+from knowledgeops.local import artifacts as local
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import Chunk
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
+from knowledgeops.text.terms import words as words_of
 
 LOCAL_METHOD = "local:key-terms+readability"
 # Chunks an answer is judged against: the nearest to the question and the answer.
@@ -292,7 +293,7 @@ def _syllables(word: str) -> int:
 
 
 def _collect_local(chunks: list[Chunk]) -> LocalDiagnosisGroup:
-    words = [w for c in chunks for w in local.WORD.findall(c.text)]
+    words = [w for c in chunks for w in words_of(c.text)]
     return LocalDiagnosisGroup(
         terms=local.strongest(local.term_stats(chunks), 50),
         sentences=sum(len(_SENTENCE_END.findall(c.text + " ")) for c in chunks),

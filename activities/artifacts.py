@@ -1,11 +1,11 @@
 """Activities of GENERATE_ARTIFACT: plan the chunk groups, map them, reduce to the artifact.
 
 With a chat model each group becomes a structured partial answer (validated, citations kept
-only when they point into the group); without one, the local methods of `artifacts_local`
-collect candidates per group. Partials are stored per group (`map_reduce.WorkDir`), so a retry
-pays only for the groups not done. The reduce step merges them (a model call only for a
-summary or mind map of several groups), stores the artifact as the task's output and removes
-the work directory.
+only when they point into the group); without one, the local methods of
+`knowledgeops/local/artifacts.py` collect candidates per group. Partials are stored per group
+(`map_reduce.WorkDir`), so a retry pays only for the groups not done. The reduce step merges
+them (a model call only for a summary or mind map of several groups), stores the artifact as
+the task's output and removes the work directory.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities import artifacts_local as local
 from activities import artifacts_render as render
 from activities.artifacts_model import GROUP_MODELS, ModelArtifacts
 from activities.map_reduce import WorkDir, chosen_model, map_groups, open_chunks, plan_task
@@ -37,6 +36,7 @@ from knowledgeops.contracts.artifacts import (
     ArtifactStep,
     MapResult,
 )
+from knowledgeops.local import artifacts as local
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import Chunk

@@ -22,7 +22,6 @@ from fsrs import Card
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities import review_cards_local as local
 from activities.map_reduce import WorkDir, map_groups, open_chunks, plan_groups
 from activities.model_errors import model_failures
 from activities.review_cards_drafts import DraftCard, DraftGroup, ask_model, source_of
@@ -43,6 +42,7 @@ from knowledgeops.contracts.review_cards import (
     StoreCardsResult,
     WorkRequest,
 )
+from knowledgeops.local import review_cards as local
 from knowledgeops.resources import Resources
 from knowledgeops.stores.chunk_store import Chunk
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
@@ -166,22 +166,11 @@ class ReviewCardActivities:
         )
 
     async def _local(self, chunks: list[Chunk], k: int) -> list[DraftCard]:
-        found = local.sentences(chunks)
-        if not found:
-            return []
-        vectors = await self.resources.embedder.embed([s.text for s in found])
-        counts = local.term_counts([s.text for s in found])
-        cards: list[DraftCard] = []
-        for i in local.central(vectors, len(found)):
-            made = local.cloze(found[i].text, counts, frozenset(c.back.lower() for c in cards))
-            if made is not None:
-                front, back = made
-                cards.append(
-                    DraftCard(kind="cloze", front=front, back=back, **source_of(found[i].chunk))
-                )
-            if len(cards) == k:
-                break
-        return cards
+        cards = await local.key_sentence_cards(self.resources.embedder, chunks, k)
+        return [
+            DraftCard(kind="cloze", front=made.front, back=made.answer, **source_of(s.chunk))
+            for s, made in cards
+        ]
 
     @activity.defn(name=STORE_REVIEW_CARDS.name)
     async def store_review_cards(self, req: StoreCardsRequest) -> StoreCardsResult:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from knowledgeops.chat import STRUCTURED_ATTEMPTS
+from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.settings import Settings
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.task_types import TaskType
@@ -298,7 +299,7 @@ async def test_without_a_model_the_local_methods_answer(settings: Settings, tmp_
     terms = {e["term"].lower() for e in out["glossary"]["glossary"]}
     assert {"forgetting curve", "active recall", "review interval"} <= terms, terms
     for q in out["quiz"]["quiz"]:
-        assert "_____" in q["question"] and q["answer"].lower() in terms | {
+        assert q["question"].count(CLOZE_BLANK) == 1 and q["answer"].lower() in terms | {
             t.lower() for t in re.findall(r"[A-Za-z]+", LESSON)
         }
     mindmap = out["mindmap"]

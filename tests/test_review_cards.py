@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 from fsrs import Card, Rating, Scheduler, State
 
-from activities import review_cards_local as local
 from activities.map_reduce import plan_groups
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.local import review_cards as local
 from knowledgeops.settings import Settings
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.stores.review_cards import ReviewCards
+from knowledgeops.text.centrality import most_central
+from knowledgeops.text.terms import term_counts
 from starter.service import PayloadInvalidError
 from tests.conftest import (
     API_TOKEN,
@@ -88,18 +90,18 @@ def test_local_method_blanks_a_recurring_term_of_a_central_sentence() -> None:
     chunks = [Chunk(i, t, f"h{i}") for i, t in enumerate(TEXT.split("\n\n"))]
     found = local.sentences(chunks + chunks[:1])  # overlapping chunks repeat sentences
     assert len(found) == len({s.text for s in found}) == 10
-    counts = local.term_counts([s.text for s in found])
-    front, term = local.cloze(found[4].text, counts) or ("", "")
+    counts = term_counts([s.text for s in found])
+    made = local.key_term_cloze(found[4].text, counts)
+    front, term = (made.front, made.answer) if made else ("", "")
     # "water" recurs in five sentences: the key term of the sentence about water molecules.
     assert (term, front.count(CLOZE_BLANK)) == ("water", 1) and "water" not in front
     # The vector between two others is the most central; the unrelated one comes last.
     vectors = [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.95, 0.05, 0.0], [0.0, 0.0, 1.0]]
-    assert local.central(vectors, 4) == [2, 0, 1, 3]
+    assert [i for i, _ in most_central(vectors, 4)] == [2, 0, 1, 3]
     zh = [Chunk(0, "间隔重复是一种学习方法。间隔重复把复习分散到越来越长的间隔中。", "h")]
     zh_found = local.sentences(zh)
-    zh_front, zh_term = local.cloze(
-        zh_found[0].text, local.term_counts([s.text for s in zh_found])
-    ) or ("", "")
+    zh_made = local.key_term_cloze(zh_found[0].text, term_counts([s.text for s in zh_found]))
+    zh_front, zh_term = (zh_made.front, zh_made.answer) if zh_made else ("", "")
     assert zh_term == "间隔重复" and CLOZE_BLANK in zh_front
 
 

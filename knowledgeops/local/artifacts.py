@@ -1,11 +1,11 @@
-"""The local methods of the AI types: what can honestly be made without a chat model.
+"""The local methods of the learning artifacts and the local diagnosis.
 
-- key sentences: sentence centrality (each sentence's mean cosine similarity to the others,
-  with the local embedder), the core of an extractive summary;
+- key sentences: sentence centrality (`text.centrality`, with the local embedder), the core of
+  an extractive summary;
 - key terms: recurring content words and phrases (space-separated languages), each with the
   sentence that best defines it;
 - headings: the document's own heading paths, for an outline and a mind map;
-- cloze questions: a key sentence with a key term blanked out.
+- cloze questions: a key sentence with a key term blanked out (`text.cloze`).
 
 Each works per chunk group (the map step, results small enough to store) and then over the
 groups' candidates (the reduce step), so a long document costs one pass.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
 from pydantic import BaseModel
 
 from knowledgeops.contracts.artifacts import (
@@ -29,29 +29,26 @@ from knowledgeops.contracts.artifacts import (
     QuizQuestion,
     Summary,
 )
-from knowledgeops.embedding import Embedder
+from knowledgeops.local.chunk_text import heading_path, sentences_of
 from knowledgeops.stores.chunk_store import Chunk
+from knowledgeops.text.centrality import most_central
+from knowledgeops.text.cjk import cjk_count
+from knowledgeops.text.cloze import cloze
+from knowledgeops.text.terms import phrases
+
+if TYPE_CHECKING:  # only a type here: the embedder module stays unimported
+    from knowledgeops.embedding import Embedder
+
+T = TypeVar("T")
 
 # Sentences embedded per group at most (evenly spread): bounds one group's embedding time.
 MAX_GROUP_SENTENCES = 300
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|(?<=[。！？])|\n{2,}")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
-WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]*[A-Za-z0-9]")
+# A key sentence states something: this many words (or CJK characters) at least; longer than
+# MAX_SENTENCE_CHARS it is a run-on (a table, a list flattened) rather than a sentence.
+MIN_SENTENCE_WORDS, MIN_SENTENCE_CJK, MAX_SENTENCE_CHARS = 6, 8, 600
+# Key terms are phrases of up to this many words.
+MAX_TERM_WORDS = 3
 _DEFINING = re.compile(r"\b(is|are|means|refers to|is called|are called|describes)\b", re.I)
-_STOP = frozenset(
-    """a about above after again against all also although am an and any are as at be because
-    been before being below between both but by can could did do does doing done down during
-    each either else even every few for from further get gets got had has have having he her
-    here hers him his how however i if in into is it its itself just least less like made make
-    makes many may me might more most much must my never no nor not now of off often on once
-    one only or other others our ours out over own per rather same she should since so some
-    such than that the their theirs them then there these they this those though through thus
-    to too under until up upon us use used uses using very via was we were what when where
-    whether which while who whom whose why will with within without would yet you your yours
-    first second third new two three several another each way ways thing things part parts
-    example examples e.g i.e etc called following next last instead itself able based
-    around always across already among another anything""".split()
-)
 
 
 class SentencePick(BaseModel):
@@ -83,38 +80,33 @@ class LocalGroup(BaseModel):
     leads: list[KeyPoint] = []
 
 
-def split_sentences(text: str) -> list[str]:
-    out = []
-    for raw in _SENTENCE_END.split(text):
-        s = " ".join(raw.split())
-        long_enough = len(s.split()) >= 6 or len(_CJK.findall(s)) >= 8
-        if long_enough and len(s) <= 600:
-            out.append(s)
-    return out
+def key_sentences(chunk: Chunk) -> list[str]:
+    """The chunk's sentences long enough to state something."""
+    return [
+        s
+        for s in sentences_of(chunk)
+        if (len(s.split()) >= MIN_SENTENCE_WORDS or cjk_count(s) >= MIN_SENTENCE_CJK)
+        and len(s) <= MAX_SENTENCE_CHARS
+    ]
 
 
 def chunk_sentences(chunks: Sequence[Chunk]) -> list[tuple[str, int]]:
-    return [(s, c.index) for c in chunks for s in split_sentences(c.text)]
+    return [(s, c.index) for c in chunks for s in key_sentences(c)]
 
 
 async def central_sentences(
     embedder: Embedder, items: Sequence[tuple[str, int]], k: int
 ) -> list[SentencePick]:
     """The `k` most central sentences, most central first."""
-    if len(items) > MAX_GROUP_SENTENCES:
-        step = len(items) / MAX_GROUP_SENTENCES
-        items = [items[int(i * step)] for i in range(MAX_GROUP_SENTENCES)]
+    items = spread(items, MAX_GROUP_SENTENCES)
     if not items:
         return []
-    if len(items) == 1:
+    if len(items) == 1:  # central by itself: no need to embed it
         return [SentencePick(text=items[0][0], chunk=items[0][1], score=1.0)]
-    vectors = np.asarray(await embedder.embed([t for t, _ in items]), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-9
-    similarity = vectors @ vectors.T
-    scores = (similarity.sum(axis=1) - 1.0) / (len(items) - 1)
-    order = np.argsort(-scores, kind="stable")[:k]
+    vectors = await embedder.embed([t for t, _ in items])
     return [
-        SentencePick(text=items[i][0], chunk=items[i][1], score=float(scores[i])) for i in order
+        SentencePick(text=items[i][0], chunk=items[i][1], score=score)
+        for i, score in most_central(vectors, k)
     ]
 
 
@@ -122,27 +114,22 @@ def term_stats(chunks: Sequence[Chunk]) -> list[TermStat]:
     """Content words and phrases of up to three words with how often they occur."""
     found: dict[str, TermStat] = {}
     for text, chunk in chunk_sentences(chunks):
-        words = WORD.findall(text)
-        seen: set[str] = set()
-        for n in (1, 2, 3):
-            for i in range(len(words) - n + 1):
-                gram = words[i : i + n]
-                if any(w.lower() in _STOP for w in gram) or (n == 1 and len(gram[0]) < 4):
-                    continue
-                key = " ".join(w.lower() for w in gram)
-                if key in seen:
-                    continue
-                seen.add(key)
-                _count(found, key, " ".join(gram), n, text, chunk)
+        for term in phrases(text, MAX_TERM_WORDS):
+            _count(found, term, text, chunk)
     return list(found.values())
 
 
-def _count(found: dict[str, TermStat], key: str, term: str, n: int, text: str, chunk: int) -> None:
+def _count(found: dict[str, TermStat], term: str, text: str, chunk: int) -> None:
     defining = bool(re.search(re.escape(term) + r"\W+" + _DEFINING.pattern, text, re.I))
-    stat = found.get(key)
+    stat = found.get(term.lower())
     if stat is None:
-        found[key] = TermStat(
-            term=term, words=n, count=1, sentence=text, chunk=chunk, defining=defining
+        found[term.lower()] = TermStat(
+            term=term,
+            words=len(term.split()),
+            count=1,
+            sentence=text,
+            chunk=chunk,
+            defining=defining,
         )
         return
     stat.count += 1
@@ -184,6 +171,11 @@ def _overlaps(a: str, b: str) -> bool:
     return f" {a} " in f" {b} " or f" {b} " in f" {a} "
 
 
+def strongest(stats: Sequence[TermStat], n: int) -> list[TermStat]:
+    """A group's `n` strongest terms, kept for the reduce step (their counts add up there)."""
+    return sorted(stats, key=lambda t: (-t.count * t.words, t.term))[:n]
+
+
 def glossary(terms: Sequence[TermStat]) -> list[GlossaryEntry]:
     return [GlossaryEntry(term=t.term, definition=t.sentence, chunk=t.chunk) for t in terms]
 
@@ -193,9 +185,7 @@ def heading_marks(chunks: Sequence[Chunk]) -> list[HeadingMark]:
     last: str | None = None
     for c in chunks:
         if c.heading and c.heading != last:
-            marks.append(
-                HeadingMark(path=[p.strip() for p in c.heading.split(" > ")], chunk=c.index)
-            )
+            marks.append(HeadingMark(path=heading_path(c), chunk=c.index))
         last = c.heading or last
     return marks
 
@@ -217,30 +207,18 @@ def outline_from_headings(groups: Sequence[Sequence[HeadingMark]]) -> list[Outli
 def leading_sentences(chunks: Sequence[Chunk]) -> list[KeyPoint]:
     leads = []
     for c in chunks:
-        first = split_sentences(c.text)
+        first = key_sentences(c)
         if first:
             leads.append(KeyPoint(text=first[0], chunk=c.index))
     return leads
 
 
-def spread(items: Sequence[KeyPoint], k: int) -> list[KeyPoint]:
+def spread(items: Sequence[T], k: int) -> list[T]:
     """At most `k` items evenly spread over the sequence (the whole document)."""
     if len(items) <= k:
         return list(items)
     step = len(items) / k
     return [items[int(i * step)] for i in range(k)]
-
-
-def cloze(sentence: str, term: str) -> str | None:
-    """The sentence with every occurrence of `term` blanked, or None if it has none."""
-    pattern = re.compile(r"\b" + re.escape(term) + r"\b", re.I)
-    blanked, n = pattern.subn("_____", sentence)
-    return blanked if n else None
-
-
-def strongest(stats: Sequence[TermStat], n: int) -> list[TermStat]:
-    """A group's `n` strongest terms, kept for the reduce step (their counts add up there)."""
-    return sorted(stats, key=lambda t: (-t.count * t.words, t.term))[:n]
 
 
 def mindmap_from_outline(items: Sequence[OutlineItem], title: str, k: int) -> MindMap | None:
@@ -285,10 +263,10 @@ def cloze_quiz(
         for t in terms:
             if t.term.lower() in used:
                 continue
-            blanked = cloze(s.text, t.term)
-            if blanked:
+            made = cloze(s.text, t.term)
+            if made is not None:
                 used.add(t.term.lower())
-                questions.append(QuizQuestion(question=blanked, answer=t.term, chunk=s.chunk))
+                questions.append(QuizQuestion(question=made.front, answer=t.term, chunk=s.chunk))
                 break
         if len(questions) == k:
             break
