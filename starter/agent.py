@@ -17,7 +17,8 @@ from knowledgeops.contracts.agent import SEND_MESSAGE_UPDATE, AgentMessage, Agen
 from knowledgeops.errors import validation_text
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
-from starter.service import PayloadInvalidError, TaskFinishedError, TaskQueueService
+from starter.service import TaskQueueService
+from starter.task_models import PayloadInvalidError, TaskFinishedError
 
 
 class MessageRefusedError(RuntimeError):

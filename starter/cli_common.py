@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from knowledgeops.settings import Settings
 
 if TYPE_CHECKING:
-    from starter.service import TaskQueueService, TaskStatus
+    from starter.service import TaskQueueService
+from starter.task_models import TaskStatus
 
 
 def actor() -> str:

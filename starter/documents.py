@@ -34,7 +34,8 @@ from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.document_chunks import ChunkPage
-from starter.service import TaskNotFoundError, TaskQueueService, TaskStatus
+from starter.service import TaskQueueService
+from starter.task_models import TaskNotFoundError, TaskStatus
 
 # How long a delete waits for the document's import to stop (cancel + index clean-up).
 CANCEL_WAIT_SECONDS = 120.0

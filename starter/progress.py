@@ -13,7 +13,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from starter.service import TaskQueueService, TaskStatus
+from starter.service import TaskQueueService
+from starter.task_models import TaskStatus
 
 
 async def follow(

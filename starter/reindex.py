@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from knowledgeops.contracts.indexing import IndexingUpsertPayload, ReindexOptions
 from knowledgeops.task_types import TaskType
-from starter.service import TaskQueueService, TaskRef
+from starter.service import TaskQueueService
+from starter.task_models import TaskRef
 
 # The one task id of re-indexes: a second request while one runs joins it.
 REINDEX_TASK = TaskType.INDEXING_UPSERT.task_name("reindex")

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -29,7 +28,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO, Checkpoint, Progress
+from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.settings import Settings
@@ -43,7 +42,19 @@ from knowledgeops.task_types import (
     task_search_attributes,
 )
 from starter import task_queries as tq
-from starter.task_queries import FINISHED, is_pending, status_name
+from starter.task_models import (
+    PayloadInvalidError,
+    PayloadTooLargeError,
+    TaskFinishedError,
+    TaskNotFoundError,
+    TaskNotRetryableError,
+    TaskRef,
+    TaskStatus,
+    checkpoint_progress,
+    memo_progress,
+    with_eta,
+)
+from starter.task_queries import is_pending, status_name
 
 # Memo key: the owner a task belongs to (an owner-bound API token sees only its owner's tasks).
 
@@ -51,53 +62,6 @@ from starter.task_queries import FINISHED, is_pending, status_name
 # Every task id this code makes (after the deployment prefix) starts with one of these: a
 # document's import, or a type's own name (random, idempotency-key and scheduled ids alike).
 _OUR_NAMES = ("import-", *(t.task_name("") for t in TaskType))
-
-
-class TaskRef(BaseModel):
-    task_id: str
-    run_id: str | None
-    task_type: TaskType
-
-
-class TaskProgress(Progress):
-    percent: float | None = None
-    eta_seconds: float | None = None
-
-
-class TaskStatus(BaseModel):
-    task_id: str
-    task_type: str | None
-    status: str
-    progress: TaskProgress
-    attempts: int = 0
-    last_error: str | None = None
-    started_at: datetime | None = None
-    closed_at: datetime | None = None
-    result: dict[str, Any] | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
-
-
-class TaskNotFoundError(LookupError):
-    pass
-
-
-class TaskFinishedError(RuntimeError):
-    pass
-
-
-class PayloadInvalidError(ValueError):
-    pass
-
-
-class PayloadTooLargeError(ValueError):
-    pass
-
-
-class TaskNotRetryableError(RuntimeError):
-    """Only failed, terminated or timed-out tasks can be retried (409 at the API)."""
 
 
 def _validate(spec: TaskSpec, payload: BaseModel | dict[str, Any]) -> BaseModel:
@@ -221,7 +185,7 @@ class TaskQueueService:
         desc = await self._describe(task_id)
         memo = await desc.memo()
         task_type = desc.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE)
-        progress = _memo_progress(memo.get(PROGRESS_MEMO), task_type)
+        progress = memo_progress(memo.get(PROGRESS_MEMO), task_type)
         status = status_name(desc.status)
         attempts = 0
         last_error: str | None = None
@@ -231,7 +195,7 @@ class TaskQueueService:
                 last_error = pa.last_failure.message
             if pa.heartbeat_details.payloads:
                 details = await self.client.data_converter.decode(pa.heartbeat_details.payloads)
-                checkpoint = _checkpoint(details[0] if details else None)
+                checkpoint = checkpoint_progress(details[0] if details else None)
                 if checkpoint is not None:
                     progress.done = max(progress.done, checkpoint.done)
                     progress.total = progress.total or checkpoint.total
@@ -250,7 +214,7 @@ class TaskQueueService:
             task_id=task_id,
             task_type=task_type,
             status=status,
-            progress=_with_eta(progress, desc.start_time),
+            progress=with_eta(progress, desc.start_time),
             attempts=attempts,
             last_error=last_error,
             started_at=desc.start_time,
@@ -414,33 +378,3 @@ def _details(
 def _carry_memo(memo: Mapping[str, Any]) -> dict[str, Any]:
     # Progress keys belong to the old run; who asked and why stay with the task.
     return {k: v for k, v in memo.items() if k in ("requested_by", "idempotency_key", OWNER_MEMO)}
-
-
-def _memo_progress(raw: Any, task_type: str | None) -> TaskProgress:
-    """The memo's progress; before the workflow first wrote it, pending in the type's unit."""
-    if raw:
-        try:
-            return TaskProgress.model_validate(raw)
-        except ValidationError:
-            pass  # written by another workflow version: show the type's empty progress
-    try:
-        return TaskProgress(unit=spec_for(task_type or "").progress_unit)
-    except LookupError:
-        return TaskProgress()  # not one of ours (no TaskType attribute)
-
-
-def _checkpoint(details: Any) -> Checkpoint | None:
-    """A heartbeat's details as progress, when they are a checkpoint (any type's)."""
-    try:
-        return Checkpoint.model_validate(details)
-    except ValidationError:
-        return None
-
-
-def _with_eta(p: TaskProgress, started: datetime | None) -> TaskProgress:
-    if p.total:
-        p.percent = round(100.0 * p.done / p.total, 1)
-        if started is not None and 0 < p.done < p.total:
-            elapsed = (datetime.now(UTC) - started).total_seconds()
-            p.eta_seconds = round(elapsed * (p.total - p.done) / p.done, 1)
-    return p

@@ -18,7 +18,7 @@ from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.settings import Settings
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.task_types import TaskType
-from starter.service import TaskStatus
+from starter.task_models import TaskStatus
 from tests.conftest import (
     Env,
     chat_settings,

@@ -18,7 +18,8 @@ from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY, TaskQueue, TaskType
-from starter.service import TaskNotFoundError, TaskQueueService
+from starter.service import TaskQueueService
+from starter.task_models import TaskNotFoundError
 from tests.conftest import EXAMPLES, running_api
 from tests.helpers import parse_into_chunks
 from worker import plan_queues

@@ -33,7 +33,7 @@ from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.events import EventRow
 from knowledgeops.task_types import TaskQueue, TaskType
 from starter.search import search
-from starter.service import PayloadInvalidError, TaskStatus
+from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import EXAMPLES, Env, running_env
 from tests.helpers import numbered_paragraphs
 from worker import build_workers

@@ -15,7 +15,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import ChunkReader
 from starter.search import search
-from starter.service import TaskStatus
+from starter.task_models import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.helpers import numbered_paragraphs
@@ -349,7 +349,7 @@ async def test_document_outlives_its_task_in_temporal(env: Env) -> None:
     from temporalio.api.common.v1 import WorkflowExecution
     from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 
-    from starter.service import TaskNotFoundError
+    from starter.task_models import TaskNotFoundError
 
     st = await import_and_wait(env, EXAMPLES / "spaced-repetition.txt", document_id="kept-doc")
     assert st.status == "completed" and st.result is not None

@@ -24,7 +24,7 @@ from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.task_types import TaskType
 from starter.cli_ocr import parse_pages
-from starter.service import PayloadInvalidError, TaskStatus
+from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import ROOT, Env, settings_env
 from tests.ocr_pages import (
     CHINESE,

@@ -25,7 +25,7 @@ from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.stores.review_cards import ReviewCards
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.terms import term_counts
-from starter.service import PayloadInvalidError
+from starter.task_models import PayloadInvalidError
 from tests.conftest import (
     API_TOKEN,
     ROOT,

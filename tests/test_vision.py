@@ -17,7 +17,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.stores.outputs import OutputStore
-from starter.service import PayloadInvalidError
+from starter.task_models import PayloadInvalidError
 from tests.conftest import Env, chat_settings, running_env
 from tests.fake_openai import ChatFault, FakeOpenAI, all_text, response_schema
 from tests.helpers import write_pdf

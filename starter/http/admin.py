@@ -18,7 +18,7 @@ from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
 from starter.reindex import start_reindex
-from starter.service import (
+from starter.task_models import (
     TaskFinishedError,
     TaskNotFoundError,
     TaskNotRetryableError,

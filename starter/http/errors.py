@@ -21,7 +21,7 @@ from starter.documents import (
     DocumentNotFoundError,
     DocumentOwnedElsewhereError,
 )
-from starter.service import (
+from starter.task_models import (
     PayloadInvalidError,
     PayloadTooLargeError,
     TaskFinishedError,
