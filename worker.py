@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.ingest.parser_pool import POOL as PARSER_POOL
+from knowledgeops import metrics
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
@@ -122,7 +123,7 @@ async def run_worker(
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Workers (and the API, when this process owns the embedded index) until `stop`."""
-    client = await connect(settings)
+    client = await connect(settings, sdk_metrics=True)
     await ensure_search_attributes(client, settings.temporal_namespace)
     await ensure_schedules(client, settings)
     async with open_resources(settings) as resources:
@@ -138,6 +139,8 @@ async def run_worker(
         tasks.append(asyncio.create_task(reconciler.run(stop)))
         if api is not None:
             tasks += api.start()
+        elif settings.metrics_address:
+            metrics.serve(settings.metrics_address)
         if on_ready:
             on_ready()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from knowledgeops import metrics
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS, TaskEvent
 from knowledgeops.resources import Resources
 
@@ -15,4 +16,4 @@ class EventActivities:
 
     @activity.defn(name=RECORD_TASK_EVENTS.name)
     async def record_task_events(self, events: list[TaskEvent]) -> int:
-        return await self.db.events.record(events)
+        return await self.db.events.record(events, on_new=metrics.task_event)

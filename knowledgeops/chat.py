@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
+from knowledgeops import metrics
 from knowledgeops.contracts.ai import TokenUsage as TokenUsage
 from knowledgeops.embedding import OnWait
 from knowledgeops.errors import (
@@ -171,6 +172,7 @@ class ChatModel:
                 resp = await self._client.chat.completions.create(
                     model=self.model_id, messages=cast(Any, messages), **extra
                 )
+                metrics.MODEL_CALLS.labels(self.model_id, "ok").inc()
                 return _reply_of(resp)
             except (
                 openai.BadRequestError,
@@ -178,13 +180,16 @@ class ChatModel:
                 openai.PermissionDeniedError,
                 openai.NotFoundError,
             ) as e:
+                metrics.MODEL_CALLS.labels(self.model_id, "refused").inc()
                 raise ChatRejectedError(self._rejection(e)) from None
             except openai.APIStatusError as e:
+                metrics.MODEL_CALLS.labels(self.model_id, "error").inc()
                 if e.status_code < 500 and e.status_code not in (408, 409, 429):
                     raise ChatRejectedError(self._rejection(e)) from None
                 last = e
                 wait = retry_after_seconds(e.response.headers)
             except (openai.APITimeoutError, openai.APIConnectionError) as e:
+                metrics.MODEL_CALLS.labels(self.model_id, "error").inc()
                 last, wait = e, None
             if attempt == self._max_retries:
                 break

@@ -19,6 +19,7 @@ import multiprocessing as mp
 import os
 import random
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from knowledgeops import metrics
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
 from knowledgeops.process_guard import die_with_parent
 from knowledgeops.retry_after import retry_after_seconds as _retry_after_seconds
@@ -174,6 +176,7 @@ class LocalEmbedder:
         async with self._turn.hold(len(texts)):
             loop = asyncio.get_running_loop()
             runs = split_evenly(texts, self._processes)
+            started = time.perf_counter()
             try:
                 arrays = await asyncio.gather(
                     *(
@@ -183,10 +186,12 @@ class LocalEmbedder:
                 )
             except BrokenProcessPool:
                 # A model process died (killed, out of memory): start fresh ones next time.
+                metrics.EMBEDDING_REQUESTS.labels(self.model_id, "error").inc()
                 await self.aclose()
                 raise EmbeddingUnavailableError(
                     "the local embedding process died; it is restarted on the next attempt"
                 ) from None
+            _count(self.model_id, len(texts), time.perf_counter() - started)
             return [v.tolist() for array in arrays for v in array]
 
     async def aclose(self) -> None:
@@ -258,23 +263,31 @@ class OpenAIEmbedder:
             try:
                 # base64 (the SDK's own default, so every compatible server takes it): a
                 # quarter of the bytes of JSON floats, decoded without parsing numbers.
+                started = time.perf_counter()
                 raw = await self._client.embeddings.with_raw_response.create(
                     model=self._model, input=batch, encoding_format="base64"
                 )
                 # The JSON is read here, not into the SDK's models: building those cost more
                 # of the worker's CPU than everything else an import does (profiled, with an
                 # embedding server that answers at once).
-                return _vectors(raw.http_response.content, len(batch))
+                vectors, tokens = _vectors(raw.http_response.content, len(batch))
+                _count(self.model_id, len(batch), time.perf_counter() - started, tokens)
+                return vectors
             except (openai.BadRequestError, openai.AuthenticationError) as e:
+                metrics.EMBEDDING_REQUESTS.labels(self.model_id, "refused").inc()
                 raise EmbeddingRejectedError(_rejection(e, self._model)) from None
             except (openai.PermissionDeniedError, openai.NotFoundError) as e:
+                metrics.EMBEDDING_REQUESTS.labels(self.model_id, "refused").inc()
                 raise EmbeddingRejectedError(_rejection(e, self._model)) from None
             except openai.APIStatusError as e:
                 if e.status_code < 500 and e.status_code not in (408, 409, 429):
+                    metrics.EMBEDDING_REQUESTS.labels(self.model_id, "refused").inc()
                     raise EmbeddingRejectedError(_rejection(e, self._model)) from None
+                metrics.EMBEDDING_REQUESTS.labels(self.model_id, "error").inc()
                 last = e
                 wait = _retry_after_seconds(e.response.headers)
             except (openai.APITimeoutError, openai.APIConnectionError) as e:
+                metrics.EMBEDDING_REQUESTS.labels(self.model_id, "error").inc()
                 last, wait = e, None
             if attempt == self._max_retries:
                 break
@@ -289,11 +302,20 @@ class OpenAIEmbedder:
         )
 
 
-def _vectors(body: bytes, n: int) -> list[list[float]]:
-    """Vectors of an embeddings response: base64 float32 as asked, or JSON floats from a
-    server that ignores `encoding_format`."""
+def _count(model: str, inputs: int, seconds: float, tokens: int = 0) -> None:
+    metrics.EMBEDDING_REQUESTS.labels(model, "ok").inc()
+    metrics.EMBEDDING_INPUTS.labels(model).inc(inputs)
+    metrics.EMBEDDING_SECONDS.labels(model).observe(seconds)
+    if tokens:
+        metrics.EMBEDDING_TOKENS.labels(model).inc(tokens)
+
+
+def _vectors(body: bytes, n: int) -> tuple[list[list[float]], int]:
+    """Vectors of an embeddings response (base64 float32 as asked, or JSON floats from a
+    server that ignores `encoding_format`) and the tokens its usage reports."""
     try:
-        data = sorted(json.loads(body)["data"], key=lambda d: d["index"])
+        answer = json.loads(body)
+        data = sorted(answer["data"], key=lambda d: d["index"])
         vectors = [
             np.frombuffer(base64.b64decode(d["embedding"]), "<f4").tolist()
             if isinstance(d["embedding"], str)
@@ -308,7 +330,9 @@ def _vectors(body: bytes, n: int) -> list[list[float]]:
         raise EmbeddingUnavailableError(
             f"embedding server returned {len(vectors)} vectors for {n} inputs"
         )
-    return vectors
+    usage = answer.get("usage")
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return vectors, tokens if isinstance(tokens, int) else 0
 
 
 def _rejection(e: Any, model: str) -> str:

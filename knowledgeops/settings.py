@@ -168,6 +168,11 @@ class Settings(BaseSettings):
     # "json": one JSON object per log line, with the task id, task type, run, activity and
     # attempt of the task it was written for (for a log store); "text": for a terminal.
     log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")
+    # Prometheus: host:port where a worker that serves no API (--no-api, QDRANT_URL) serves the
+    # platform's metrics (with the API they are at its /metrics); and where a worker serves the
+    # Temporal SDK's own (task latencies, polls, slots). Empty: not served.
+    metrics_address: str = Field(default="", alias="METRICS_ADDRESS")
+    temporal_metrics_address: str = Field(default="", alias="TEMPORAL_METRICS_ADDRESS")
 
     api_host: str = Field(default="127.0.0.1", alias="API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, alias="API_PORT")

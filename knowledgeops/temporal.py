@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 
@@ -12,6 +13,7 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from knowledgeops.settings import Settings
@@ -27,7 +29,11 @@ FAIL_FAST = RetryConfig(max_elapsed_time_millis=800, max_retries=3, max_interval
 OUR_IDENTITY = f"knowledgeops:{os.getpid()}@{socket.gethostname()}"
 
 
-async def connect(settings: Settings, *, fail_fast: bool = False) -> Client:
+async def connect(
+    settings: Settings, *, fail_fast: bool = False, sdk_metrics: bool = False
+) -> Client:
+    """`sdk_metrics`: a worker's client, whose SDK metrics go to TEMPORAL_METRICS_ADDRESS."""
+    runtime = _metrics_runtime(settings.temporal_metrics_address) if sdk_metrics else None
     try:
         return await Client.connect(
             settings.temporal_address,
@@ -35,12 +41,21 @@ async def connect(settings: Settings, *, fail_fast: bool = False) -> Client:
             data_converter=pydantic_data_converter,
             retry_config=FAIL_FAST if fail_fast else None,
             identity=OUR_IDENTITY,
+            runtime=runtime,
         )
     except RuntimeError as e:
         raise ConnectionError(
             f"Cannot reach Temporal at {settings.temporal_address} ({e}). Start it with "
             "`knowledgeops dev` or `knowledgeops server`, or set TEMPORAL_ADDRESS."
         ) from None
+
+
+@functools.cache
+def _metrics_runtime(address: str) -> Runtime | None:
+    # One runtime per process and address: its exporter binds the port once.
+    if not address:
+        return None
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=address)))
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:

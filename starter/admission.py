@@ -14,6 +14,7 @@ import time
 
 from temporalio.client import Client
 
+from knowledgeops import metrics
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 
@@ -63,6 +64,7 @@ class Admission:
             if time.monotonic() - self._measured_at > CACHE_SECONDS:
                 self._backlog = await self._measure()
                 self._measured_at = time.monotonic()
+                metrics.INGEST_BACKLOG_BYTES.set(self._backlog)
             backlog = self._backlog
             if not backlog or backlog + incoming_bytes <= limit:
                 # Reserved at once: concurrent uploads see each other before they enqueue.

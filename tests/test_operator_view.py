@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from knowledgeops.contracts.document_import import DocumentMetadata
@@ -17,6 +18,7 @@ from knowledgeops.task_types import (
     TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskType,
 )
+from starter.dev_server import free_port
 from tests.conftest import (
     EXAMPLES,
     openai_settings,
@@ -98,3 +100,63 @@ async def test_json_logs_name_the_task_run_and_attempt_a_line_was_written_for(
     assert warning["task_id"] == ref.task_id and warning["task_type"] == "DOCUMENT_IMPORT"
     assert warning["run_id"] == ref.run_id and warning["attempt"] == 1
     assert warning["activity"] == "embed_chunks"
+
+
+async def test_metrics_count_an_import_its_embeddings_and_the_api_requests(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A worker serving the API: its /metrics after one import say what happened, and the
+    Temporal SDK's own metrics are on TEMPORAL_METRICS_ADDRESS."""
+    sdk_address = f"127.0.0.1:{free_port()}"
+    cfg = openai_settings(settings, fake_openai, temporal_metrics_address=sdk_address)
+    log = tmp_path / "worker.log"
+    worker = start_worker_process(cfg, log)
+    api = f"http://127.0.0.1:{cfg.api_port}"
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+
+            async def healthz() -> int:
+                try:
+                    return (await http.get(f"{api}/healthz")).status_code
+                except httpx.TransportError:
+                    return 0
+
+            await eventually(healthz, lambda code: code == 200, timeout=60, what="the API")
+            async with running_env(cfg, worker=False) as env:
+                ref = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
+                status = await env.service.wait(ref.task_id, timeout=60)
+            assert status.status == "completed", log.read_text()[-3000:]
+            assert (await http.get(f"{api}/v1/search", params={"q": "retry"})).status_code == 200
+            scraped = await http.get(f"{api}/metrics")
+            sdk = await http.get(f"http://{sdk_address}/metrics")
+    finally:
+        assert stop_process(worker) == 0
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+    values = _samples(scraped.text)
+    model = 'model="openai:fake-embed"'
+    total = status.result["total_chunks"]  # type: ignore[index]
+    assert values["knowledgeops_documents_imported_total"] == 1
+    assert values["knowledgeops_chunks_imported_total"] == total > 0
+    ended = 'knowledgeops_tasks_ended_total{outcome="completed",task_type="DOCUMENT_IMPORT"}'
+    assert values[ended] == 1
+    # Every text the fake server embedded, in as many requests as it answered (the import's
+    # and the search query's), each with its tokens.
+    assert values[f"knowledgeops_embedding_inputs_total{{{model}}}"] == fake_openai.embedded_count()
+    ok = f'knowledgeops_embedding_requests_total{{{model},outcome="ok"}}'
+    assert values[ok] == fake_openai.requests
+    assert values[f"knowledgeops_embedding_tokens_total{{{model}}}"] > 0
+    assert values[f"knowledgeops_embedding_request_seconds_count{{{model}}}"] == values[ok]
+    search = 'knowledgeops_api_requests_total{method="GET",route="/v1/search",status="200"}'
+    assert values[search] == 1
+    assert 'knowledgeops_parser_processes{state="idle"}' in values
+    assert sdk.status_code == 200 and "temporal_workflow_completed" in sdk.text
+
+
+def _samples(text: str) -> dict[str, float]:
+    """Prometheus text format: sample name with its labels (as written) -> value."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from activities.ingest.parser_process import ParserInput
+from knowledgeops import metrics
 
 log = logging.getLogger("knowledgeops.parser")
 
@@ -336,4 +337,5 @@ async def _end(proc: WarmProcess, on_killed: Callable[[int], None]) -> int:
 # closed too, for processes that use the parser without a worker (tests, benchmarks), and
 # PR_SET_PDEATHSIG covers a parent that is killed.
 POOL = ParserPool()
+metrics.watch_parser_pool(lambda: len(POOL._busy), lambda: len(POOL._idle))
 atexit.register(POOL.close)

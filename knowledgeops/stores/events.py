@@ -6,7 +6,7 @@ new type adds its read model without editing this module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,10 +51,13 @@ class EventStore:
             if spec.projection
         }
 
-    async def record(self, events: Sequence[TaskEvent]) -> int:
+    async def record(
+        self, events: Sequence[TaskEvent], on_new: Callable[[TaskEvent], None] | None = None
+    ) -> int:
         """Store events once per event id (a retried activity re-sends them); returns how
-        many were new. Each new event is projected in the same transaction."""
-        new = 0
+        many were new. Each new event is projected in the same transaction, and handed to
+        `on_new` once it is committed."""
+        new: list[TaskEvent] = []
         async with self.db.write() as s:
             if self.db.engine.dialect.name == "postgresql":
                 # Serialise writers so seq order equals commit order: a reader that has seen
@@ -80,11 +83,14 @@ class EventStore:
                 )
                 result: Any = await s.execute(stmt)
                 if result.rowcount:
-                    new += 1
+                    new.append(ev)
                     projection = self._projections.get(ev.task_type)
                     if projection is not None:
                         await projection.project(s, ev)
-        return new
+        if on_new is not None:
+            for ev in new:
+                on_new(ev)
+        return len(new)
 
     async def began_here(self, runs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Of (task id, run id) pairs, the runs that recorded their own first event as a new

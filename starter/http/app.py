@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import time
+
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from knowledgeops import metrics
 from starter.http import admin, agent, cards, documents, reports, tasks, webhooks
-from starter.http.access import BrowserGuard
+from starter.http.access import BrowserGuard, CallerDep
 from starter.http.errors import error_response, install_error_handlers
 from starter.http.runtime import Runtime, RuntimeDep
 
 # Multipart framing on top of the file itself.
 UPLOAD_OVERHEAD = 64 * 1024
+
+
+class RequestMetrics:
+    """Counts and times every request by method, route (its template: `/v1/tasks/{task_id}`,
+    never the id) and status."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # unless the app answers
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            # The router puts the matched route in the scope; a refused request has none.
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            metrics.API_REQUESTS.labels(scope["method"], route, str(status)).inc()
+            metrics.API_SECONDS.labels(scope["method"], route).observe(
+                time.perf_counter() - started
+            )
 
 
 class BodyLimit:
@@ -113,11 +148,18 @@ def create_app(runtime: Runtime) -> FastAPI:
         upload_max=min(s.upload_max_bytes, s.max_file_bytes),
         request_max=s.request_max_bytes,
     )
-    # Outermost: a foreign Host or a cross-site state change is refused before anything else.
+    # A foreign Host or a cross-site state change is refused before anything else.
     app.add_middleware(BrowserGuard, settings=s)
+    # Outermost: every request is counted, refused ones too.
+    app.add_middleware(RequestMetrics)
 
     @app.get("/healthz")
     async def healthz(rt: RuntimeDep) -> dict[str, str]:
         return {"status": "ok", "embedding_model": rt.embedder.model_id}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics(_: CallerDep) -> Response:
+        """The platform's Prometheus metrics (knowledgeops/metrics.py), as the API allows."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app
