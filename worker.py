@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.ingest.parser_pool import POOL as PARSER_POOL
-from knowledgeops import metrics
+from knowledgeops import metrics, tracing
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
@@ -152,6 +152,7 @@ async def run_worker(
             await asyncio.gather(*tasks, return_exceptions=True)
             # After the workers: no parse is running any more, so no warm parser is needed.
             PARSER_POOL.close()
+            tracing.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

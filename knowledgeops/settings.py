@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     # platform's metrics (with the API they are at its /metrics); and where a worker serves the
     # Temporal SDK's own (task latencies, polls, slots). Empty: not served.
     metrics_address: str = Field(default="", alias="METRICS_ADDRESS")
+    # OpenTelemetry: the OTLP/HTTP collector (e.g. http://collector:4318) that receives the
+    # traces of API requests, workflows and activities. Empty: no tracing.
+    otel_exporter_otlp_endpoint: str = Field(default="", alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     temporal_metrics_address: str = Field(default="", alias="TEMPORAL_METRICS_ADDRESS")
 
     api_host: str = Field(default="127.0.0.1", alias="API_HOST")

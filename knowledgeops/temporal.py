@@ -18,6 +18,7 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import SEARCH_ATTRIBUTES
+from knowledgeops.tracing import temporal_plugins
 
 # For clients that answer people (the HTTP API): give up on an unreachable server after about
 # a second, so a request fails fast with a 503, instead of after the default's ~9 s of retries.
@@ -32,7 +33,8 @@ OUR_IDENTITY = f"knowledgeops:{os.getpid()}@{socket.gethostname()}"
 async def connect(
     settings: Settings, *, fail_fast: bool = False, sdk_metrics: bool = False
 ) -> Client:
-    """`sdk_metrics`: a worker's client, whose SDK metrics go to TEMPORAL_METRICS_ADDRESS."""
+    """`sdk_metrics`: a worker's client, whose SDK metrics go to TEMPORAL_METRICS_ADDRESS.
+    With OTEL_EXPORTER_OTLP_ENDPOINT set the client (and workers built on it) trace."""
     runtime = _metrics_runtime(settings.temporal_metrics_address) if sdk_metrics else None
     try:
         return await Client.connect(
@@ -42,6 +44,7 @@ async def connect(
             retry_config=FAIL_FAST if fail_fast else None,
             identity=OUR_IDENTITY,
             runtime=runtime,
+            plugins=temporal_plugins(settings, "knowledgeops"),
         )
     except RuntimeError as e:
         raise ConnectionError(

@@ -5,7 +5,9 @@ logs the task each line was written for."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -160,3 +162,86 @@ def _samples(text: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+class _Collector:
+    """An OTLP/HTTP trace receiver on loopback: keeps every span it is sent."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        self.spans: list[Any] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        collector.spans.extend(scope.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Collector:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activities(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """OTEL_EXPORTER_OTLP_ENDPOINT set: the worker (serving the API) sends one trace per
+    upload over OTLP/HTTP, from the request through the workflow to each activity."""
+    with _Collector() as collector:
+        cfg = openai_settings(settings, fake_openai, otel_exporter_otlp_endpoint=collector.url)
+        log = tmp_path / "worker.log"
+        worker = start_worker_process(cfg, log)
+        api = f"http://127.0.0.1:{cfg.api_port}"
+        try:
+            async with httpx.AsyncClient(timeout=10) as http:
+
+                async def healthz() -> int:
+                    try:
+                        return (await http.get(f"{api}/healthz")).status_code
+                    except httpx.TransportError:
+                        return 0
+
+                await eventually(healthz, lambda code: code == 200, timeout=60, what="the API")
+                note = EXAMPLES / "spaced-repetition.txt"
+                answer = await http.post(
+                    f"{api}/v1/documents",
+                    files={"file": (note.name, note.read_bytes())},
+                    headers={"X-Requested-With": "test"},
+                )
+                assert answer.status_code == 202, answer.text
+                task_id = answer.json()["task_id"]
+
+                async def status() -> str:
+                    return str((await http.get(f"{api}/v1/tasks/{task_id}")).json()["status"])
+
+                await eventually(status, lambda s: s == "completed", timeout=60, what=task_id)
+        finally:
+            assert stop_process(worker) == 0  # flushes the spans still buffered
+    [upload] = [s for s in collector.spans if s.name == "POST /v1/documents"]
+    # One trace: the upload's request, the workflow it started, every step of the import.
+    names = {s.name for s in collector.spans if s.trace_id == upload.trace_id}
+    steps = ("parse_document", "chunk_document", "embed_chunks", "upsert_chunks")
+    assert {"StartWorkflow:DocumentImport", "RunWorkflow:DocumentImport"} <= names, names
+    assert {f"RunActivity:{step}" for step in steps} <= names, names

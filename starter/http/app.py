@@ -31,6 +31,7 @@ class RequestMetrics:
             return
         started = time.perf_counter()
         status = 500  # unless the app answers
+        method = scope["method"]
 
         async def sending(message: Message) -> None:
             nonlocal status
@@ -43,10 +44,8 @@ class RequestMetrics:
         finally:
             # The router puts the matched route in the scope; a refused request has none.
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            metrics.API_REQUESTS.labels(scope["method"], route, str(status)).inc()
-            metrics.API_SECONDS.labels(scope["method"], route).observe(
-                time.perf_counter() - started
-            )
+            metrics.API_REQUESTS.labels(method, route, str(status)).inc()
+            metrics.API_SECONDS.labels(method, route).observe(time.perf_counter() - started)
 
 
 class BodyLimit:

@@ -1,0 +1,49 @@
+"""OpenTelemetry tracing from the API through a task's workflow to its activities, exported
+over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, off otherwise.
+
+The Temporal SDK's OpenTelemetry plugin (on the client, so every worker built from it has it
+too) carries the trace in the workflow's and the activities' headers; the API opens a span per
+request, which a task started in it continues.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from knowledgeops.settings import Settings
+
+
+def temporal_plugins(settings: Settings, service: str) -> list[Any]:
+    """The client plugins that trace Temporal calls, or none when tracing is off."""
+    if not settings.otel_exporter_otlp_endpoint:
+        return []
+    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+
+    _install(settings.otel_exporter_otlp_endpoint, service)
+    return [OpenTelemetryPlugin(add_temporal_spans=True)]
+
+
+@functools.cache
+def _install(endpoint: str, service: str) -> None:
+    """One tracer provider per process, replay-safe (a workflow's spans are not sent again
+    when a worker replays its history), shut down (its last spans sent) at exit."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+
+    provider = create_tracer_provider(resource=Resource.create({"service.name": service}))
+    exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+
+def flush() -> None:
+    """Send the spans still buffered (a worker stopping)."""
+    from opentelemetry import trace
+
+    provider: Any = trace.get_tracer_provider()
+    if hasattr(provider, "force_flush"):
+        provider.force_flush()
