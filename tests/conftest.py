@@ -187,6 +187,8 @@ async def running_env(settings: Settings, *, worker: bool = True) -> AsyncIterat
     try:
         yield env
     finally:
+        if os.environ.get("KNOWLEDGEOPS_RECORD_HISTORIES"):
+            await record_histories(client, settings)
         await asyncio.gather(*(w.shutdown() for w in workers))
         await asyncio.gather(*tasks, return_exceptions=True)
         if store is not None:
@@ -205,6 +207,20 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# One completed history of every workflow type, replayed against the current code by
+# tests/test_replay.py: a change that would break a running task fails there. Recorded by a
+# run of the suite with KNOWLEDGEOPS_RECORD_HISTORIES=1 (a type's file is kept once written).
+HISTORIES = Path(__file__).resolve().parent / "data" / "histories"
+
+
+async def record_histories(client: Client, settings: Settings) -> None:
+    query = f'WorkflowId STARTS_WITH "{settings.prefix}" AND ExecutionStatus = "Completed"'
+    async for w in client.list_workflows(query):
+        path = HISTORIES / f"{w.workflow_type}.json"
+        if not path.exists():
+            history = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
+            HISTORIES.mkdir(parents=True, exist_ok=True)
+            path.write_text(history.to_json())
 
 
 ROOT = Path(__file__).resolve().parent.parent

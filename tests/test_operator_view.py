@@ -69,13 +69,15 @@ async def test_a_task_shows_what_it_is_its_stage_and_filters_by_document_and_own
         async def listed(query: str) -> list[str]:
             return sorted([w.id async for w in env.client.list_workflows(query)])
 
-        # Filterable by document and by owner (the visibility store settles eventually).
-        by_document = f'DocumentId = "{ref.document_id}"'
+        # Filterable by document and by owner (the visibility store settles eventually). Other
+        # tests import the same file into the same namespace: this test's tasks by their prefix.
+        ours = f'WorkflowId STARTS_WITH "{settings.prefix}"'
+        by_document = f'{ours} AND DocumentId = "{ref.document_id}"'
         found = await eventually(
             lambda: listed(by_document), lambda ids: len(ids) == 2, what=by_document
         )
         assert found == sorted([ref.task_id, other.task_id])
-        by_owner = f'DocumentId = "{ref.document_id}" AND Owner = "alice"'
+        by_owner = f'{by_document} AND Owner = "alice"'
         assert await eventually(lambda: listed(by_owner), bool, what=by_owner) == [ref.task_id]
 
 

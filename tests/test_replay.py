@@ -1,4 +1,9 @@
-"""DOCUMENT_IMPORT runs outside the workflow sandbox (for speed, see workflows/
+"""Workflow code checked against histories.
+
+Recorded histories of every workflow type (tests/data/histories, one completed task each)
+replay against the current code: a change that a task already running would not survive (a
+new, removed or reordered command without `workflow.patched()`) fails here before it is
+deployed. And DOCUMENT_IMPORT runs outside the workflow sandbox (for speed, see workflows/
 document_import.py), so its code is checked in the sandbox here: histories of real imports, on
 both paths (a small document's local steps, a bigger file's queued activities) and a failure's
 cleanup, replay in the sandboxed runner. That fails on a call the sandbox forbids (time,
@@ -11,12 +16,36 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from knowledgeops.task_types import REGISTRY, load
 from starter.task_queries import execution_log
-from tests.conftest import EXAMPLES, Env
+from tests.conftest import EXAMPLES, HISTORIES, Env
 from workflows.document_import import DocumentImportWorkflow
+
+
+async def test_recorded_histories_of_every_workflow_type_replay() -> None:
+    workflows = {
+        s.workflow_name: load(s.workflow_class) for s in REGISTRY.values() if s.workflow_class
+    }
+    recorded = {p.stem: p for p in sorted(HISTORIES.glob("*.json"))}
+    assert sorted(set(workflows) - set(recorded)) == [], "workflow types with no recorded history"
+    sandboxed = SandboxedWorkflowRunner()
+    replayer = Replayer(
+        workflows=list(set(workflows.values())),
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandboxed,
+        unsandboxed_workflow_runner=sandboxed,
+    )
+    failures = {}
+    for name, path in recorded.items():
+        history = WorkflowHistory.from_json(f"recorded-{name}", path.read_text())
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        if result.replay_failure is not None:
+            failures[name] = repr(result.replay_failure)
+    assert failures == {}
 
 
 def _activity_kinds(history: WorkflowHistory) -> tuple[int, int]:
