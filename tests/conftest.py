@@ -32,6 +32,7 @@ from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import eventually
 from worker import build_workers
 
 
@@ -315,14 +316,15 @@ async def running_api(
 
     hooks = {"request": [api_token]}
     async with httpx.AsyncClient(base_url=base, timeout=60, event_hooks=hooks) as http:
-        for _ in range(200):
+
+        async def healthz() -> int:
             assert not node.done(), node.exception()
             try:
-                if (await http.get("/healthz")).status_code == 200:
-                    break
+                return (await http.get("/healthz")).status_code
             except httpx.TransportError:
-                pass  # not listening yet
-            await asyncio.sleep(0.05)
+                return 0  # not listening yet
+
+        await eventually(healthz, lambda code: code == 200, interval=0.05, what="/healthz")
         try:
             yield Api(http, settings, {"Authorization": f"Bearer {ADMIN_TOKEN}"})
         finally:

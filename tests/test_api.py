@@ -14,7 +14,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY
 from tests.conftest import EXAMPLES, openai_settings, running_api
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import numbered_paragraphs
+from tests.helpers import eventually, numbered_paragraphs
 from tests.test_bounded_inputs import heavy_markdown
 
 
@@ -144,11 +144,11 @@ async def test_cancel_through_api_and_events_in_order(
     async with running_api(openai_settings(settings, fake_openai)) as api:
         body = (await api.http.post("/v1/documents", **upload(doc))).json()
         task = body["task_id"]
-        for _ in range(200):
-            st = (await api.http.get(f"/v1/tasks/{task}")).json()
-            if st["progress"]["done"] >= 32:
-                break
-            await asyncio.sleep(0.1)
+
+        async def status() -> dict[str, Any]:
+            return dict((await api.http.get(f"/v1/tasks/{task}")).json())
+
+        await eventually(status, lambda st: st["progress"]["done"] >= 32, what="32 chunks done")
         r = await api.http.post(f"/v1/tasks/{task}/cancel", json={"reason": "changed my mind"})
         assert r.status_code == 202
         final = await api.wait_task(task)
@@ -271,24 +271,27 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         assert queued["title"] == "Spacing" and queued["tags"] == ["memory", "review"]
         assert queued["filename"] == "spaced-repetition.txt"
         queue = f"{settings.prefix}knowledgeops-ingest"
-        for _ in range(100):
-            ov = (await api.http.get("/v1/admin/overview", headers=api.admin)).json()
-            ingest = next(q for q in ov["queues"] if q["task_queue"] == queue)
-            if ingest["backlog_count"] >= 1:
-                break
-            await asyncio.sleep(0.2)
-        assert ingest["backlog_count"] >= 1 and ingest["workers"] == []
+
+        async def overview() -> dict[str, Any]:
+            return dict((await api.http.get("/v1/admin/overview", headers=api.admin)).json())
+
+        def ingest_of(ov: dict[str, Any]) -> dict[str, Any]:
+            return dict(next(q for q in ov["queues"] if q["task_queue"] == queue))
+
+        ov = await eventually(
+            overview, lambda ov: ingest_of(ov)["backlog_count"] >= 1, what="a backlog"
+        )
+        assert ingest_of(ov)["workers"] == []
         assert ov["task_types"]["DOCUMENT_IMPORT"] == {"running": 1}
-        for _ in range(50):  # visibility is eventually consistent: wait for the condition
-            listed = (
-                await api.http.get(
-                    "/v1/admin/tasks", params={"status": "pending"}, headers=api.admin
-                )
-            ).json()
-            if listed["items"]:
-                break
-            await asyncio.sleep(0.2)
-        assert [(t["task_id"], t["status"]) for t in listed["items"]] == [(task, "pending")]
+
+        async def pending() -> list[tuple[str, str]]:
+            r = await api.http.get(
+                "/v1/admin/tasks", params={"status": "pending"}, headers=api.admin
+            )
+            return [(t["task_id"], t["status"]) for t in r.json()["items"]]
+
+        # Visibility is eventually consistent: wait for the condition.
+        assert await eventually(pending, bool, what="a pending task") == [(task, "pending")]
         running = await api.http.get(
             "/v1/admin/tasks", params={"status": "running"}, headers=api.admin
         )
@@ -417,27 +420,23 @@ async def test_pending_filter_selects_only_tasks_no_worker_began(
     short_doc.write_text(numbered_paragraphs(3))
     async with running_api(cfg) as api:
         running = (await api.http.post("/v1/documents", **upload(long_doc))).json()["task_id"]
-        for _ in range(200):
-            st = (await api.http.get(f"/v1/tasks/{running}")).json()
-            if st["status"] == "running":
-                break
-            await asyncio.sleep(0.1)
-        assert st["status"] == "running", st
+
+        async def status() -> str:
+            return str((await api.http.get(f"/v1/tasks/{running}")).json()["status"])
+
+        await eventually(status, lambda s: s == "running", what=f"{running} running")
         queued = (await api.http.post("/v1/documents", **upload(short_doc))).json()["task_id"]
         assert (await api.http.get(f"/v1/tasks/{queued}")).json()["status"] == "pending"
 
         async def listed(status: str, want: list[str]) -> list[str]:
             # Visibility is eventually consistent: wait for the condition, don't assume it.
-            ids: list[str] = []
-            for _ in range(50):
+            async def ids() -> list[str]:
                 r = await api.http.get(
                     "/v1/admin/tasks", params={"status": status}, headers=api.admin
                 )
-                ids = [t["task_id"] for t in r.json()["items"]]
-                if ids == want:
-                    break
-                await asyncio.sleep(0.2)
-            return ids
+                return [t["task_id"] for t in r.json()["items"]]
+
+            return await eventually(ids, lambda found: found == want, what=f"{status} {want}")
 
         assert await listed("pending", [queued]) == [queued]
         assert await listed("running", [running]) == [running]

@@ -18,7 +18,7 @@ from starter.search import search
 from starter.task_models import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI, Fault
-from tests.helpers import numbered_paragraphs
+from tests.helpers import eventually, numbered_paragraphs
 
 WAIT = 90.0
 
@@ -86,22 +86,13 @@ async def test_task_type_search_attribute_and_pending_status(settings: Settings)
         ref = await env.documents.import_file(EXAMPLES / "spaced-repetition.txt")
         st = await env.service.get_status(ref.task_id)
         assert (st.status, st.task_type) == ("pending", "DOCUMENT_IMPORT")
-        found = [
-            w.id
-            async for w in env.client.list_workflows(
-                f'TaskType = "DOCUMENT_IMPORT" AND WorkflowId = "{ref.task_id}"'
-            )
-        ]
-        for _ in range(50):  # visibility is eventually consistent
-            if found:
-                break
-            await asyncio.sleep(0.1)
-            found = [
-                w.id
-                async for w in env.client.list_workflows('TaskType = "DOCUMENT_IMPORT"')
-                if w.id == ref.task_id
-            ]
-        assert found == [ref.task_id]
+        query = f'TaskType = "DOCUMENT_IMPORT" AND WorkflowId = "{ref.task_id}"'
+
+        async def found() -> list[str]:
+            return [w.id async for w in env.client.list_workflows(query)]
+
+        # Visibility is eventually consistent.
+        assert await eventually(found, bool, what=query) == [ref.task_id]
     async with running_env(settings) as env:
         st = await env.service.wait(ref.task_id, timeout=WAIT)
         assert st.status == "completed"
@@ -360,14 +351,16 @@ async def test_document_outlives_its_task_in_temporal(env: Env) -> None:
             workflow_execution=WorkflowExecution(workflow_id=st.task_id),
         )
     )
-    for _ in range(600):  # the server deletes asynchronously (measured: 20-30 s here)
+
+    async def still_there() -> bool:
         try:
             await env.service.get_status(st.task_id)
         except TaskNotFoundError:
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the execution was not deleted")
+            return False
+        return True
+
+    # The server deletes asynchronously (20-30 s here).
+    await eventually(still_there, lambda there: not there, timeout=60, what="the deletion")
     detail = await env.documents.get("kept-doc")
     assert (detail.status, detail.task) == ("ready", None)
     assert detail.points_in_index == detail.indexed_chunks == st.result["total_chunks"]
@@ -398,10 +391,12 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
         queued = await documents.import_file(shared, document_id="second")
         assert (await service.get_status(queued.task_id)).status == "pending"
         assert await documents.catalogue.get("second") is None
-        for _ in range(50):  # visibility lists a new task within a moment
-            if [w async for w in client.list_workflows(f'WorkflowId = "{queued.task_id}"')]:
-                break
-            await asyncio.sleep(0.1)
+        query = f'WorkflowId = "{queued.task_id}"'
+
+        async def listed() -> list[str]:
+            return [w.id async for w in client.list_workflows(query)]
+
+        await eventually(listed, bool, what=query)  # visibility lists a new task within a moment
         await documents.delete("first", actor="test")
         stored = list(settings.files_dir.iterdir())
         assert len(stored) == 1, "the queued import's file was deleted"

@@ -27,6 +27,7 @@ from knowledgeops.stores.database import Database
 from starter.dev_server import free_port
 from starter.webhooks import WebhookDispatcher
 from tests.conftest import EXAMPLES, Api, HermeticSettings, running_api
+from tests.helpers import eventually
 
 SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
@@ -79,10 +80,10 @@ async def _import(api: Api) -> None:
 
 
 async def _until(check: Callable[[], bool], seconds: float) -> None:
-    for _ in range(int(seconds * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
+    async def probe() -> bool:
+        return check()
+
+    await eventually(probe, bool, timeout=seconds, interval=0.1, what="the deliveries")
 
 
 async def test_events_are_standard_webhooks_in_order_and_retried(
