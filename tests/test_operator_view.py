@@ -118,14 +118,7 @@ async def test_metrics_count_an_import_its_embeddings_and_the_api_requests(
     api = f"http://127.0.0.1:{cfg.api_port}"
     try:
         async with httpx.AsyncClient(timeout=10) as http:
-
-            async def healthz() -> int:
-                try:
-                    return (await http.get(f"{api}/healthz")).status_code
-                except httpx.TransportError:
-                    return 0
-
-            await eventually(healthz, lambda code: code == 200, timeout=60, what="the API")
+            await _api_up(http, api)
             async with running_env(cfg, worker=False) as env:
                 ref = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
                 status = await env.service.wait(ref.task_id, timeout=60)
@@ -218,14 +211,7 @@ async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activiti
         api = f"http://127.0.0.1:{cfg.api_port}"
         try:
             async with httpx.AsyncClient(timeout=10) as http:
-
-                async def healthz() -> int:
-                    try:
-                        return (await http.get(f"{api}/healthz")).status_code
-                    except httpx.TransportError:
-                        return 0
-
-                await eventually(healthz, lambda code: code == 200, timeout=60, what="the API")
+                await _api_up(http, api)
                 note = EXAMPLES / "spaced-repetition.txt"
                 answer = await http.post(
                     f"{api}/v1/documents",
@@ -247,3 +233,15 @@ async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activiti
     steps = ("parse_document", "chunk_document", "embed_chunks", "upsert_chunks")
     assert {"StartWorkflow:DocumentImport", "RunWorkflow:DocumentImport"} <= names, names
     assert {f"RunActivity:{step}" for step in steps} <= names, names
+
+
+async def _api_up(http: httpx.AsyncClient, api: str) -> None:
+    """Wait for a worker subprocess's API to answer."""
+
+    async def healthz() -> int:
+        try:
+            return (await http.get(f"{api}/healthz")).status_code
+        except httpx.TransportError:
+            return 0  # not listening yet
+
+    await eventually(healthz, lambda code: code == 200, timeout=60, what=f"{api}/healthz")
