@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,20 +116,14 @@ async def test_metrics_count_an_import_its_embeddings_and_the_api_requests(
     sdk_address = f"127.0.0.1:{free_port()}"
     cfg = openai_settings(settings, fake_openai, temporal_metrics_address=sdk_address)
     log = tmp_path / "worker.log"
-    worker = start_worker_process(cfg, log)
-    api = f"http://127.0.0.1:{cfg.api_port}"
-    try:
-        async with httpx.AsyncClient(timeout=10) as http:
-            await _api_up(http, api)
-            async with running_env(cfg, worker=False) as env:
-                ref = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
-                status = await env.service.wait(ref.task_id, timeout=60)
-            assert status.status == "completed", log.read_text()[-3000:]
-            assert (await http.get(f"{api}/v1/search", params={"q": "retry"})).status_code == 200
-            scraped = await http.get(f"{api}/metrics")
-            sdk = await http.get(f"http://{sdk_address}/metrics")
-    finally:
-        assert stop_process(worker) == 0
+    async with _worker_serving_api(cfg, log) as (http, api):
+        async with running_env(cfg, worker=False) as env:
+            ref = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
+            status = await env.service.wait(ref.task_id, timeout=60)
+        assert status.status == "completed", log.read_text()[-3000:]
+        assert (await http.get(f"{api}/v1/search", params={"q": "retry"})).status_code == 200
+        scraped = await http.get(f"{api}/metrics")
+        sdk = await http.get(f"http://{sdk_address}/metrics")
     assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
     values = _samples(scraped.text)
     model = 'model="openai:fake-embed"'
@@ -206,27 +202,21 @@ async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activiti
     upload over OTLP/HTTP, from the request through the workflow to each activity."""
     with _Collector() as collector:
         cfg = openai_settings(settings, fake_openai, otel_exporter_otlp_endpoint=collector.url)
-        log = tmp_path / "worker.log"
-        worker = start_worker_process(cfg, log)
-        api = f"http://127.0.0.1:{cfg.api_port}"
-        try:
-            async with httpx.AsyncClient(timeout=10) as http:
-                await _api_up(http, api)
-                note = EXAMPLES / "spaced-repetition.txt"
-                answer = await http.post(
-                    f"{api}/v1/documents",
-                    files={"file": (note.name, note.read_bytes())},
-                    headers={"X-Requested-With": "test"},
-                )
-                assert answer.status_code == 202, answer.text
-                task_id = answer.json()["task_id"]
+        # The worker's clean stop at the end of the block flushes the spans still buffered.
+        async with _worker_serving_api(cfg, tmp_path / "worker.log") as (http, api):
+            note = EXAMPLES / "spaced-repetition.txt"
+            answer = await http.post(
+                f"{api}/v1/documents",
+                files={"file": (note.name, note.read_bytes())},
+                headers={"X-Requested-With": "test"},
+            )
+            assert answer.status_code == 202, answer.text
+            task_id = answer.json()["task_id"]
 
-                async def status() -> str:
-                    return str((await http.get(f"{api}/v1/tasks/{task_id}")).json()["status"])
+            async def status() -> str:
+                return str((await http.get(f"{api}/v1/tasks/{task_id}")).json()["status"])
 
-                await eventually(status, lambda s: s == "completed", timeout=60, what=task_id)
-        finally:
-            assert stop_process(worker) == 0  # flushes the spans still buffered
+            await eventually(status, lambda s: s == "completed", timeout=60, what=task_id)
     [upload] = [s for s in collector.spans if s.name == "POST /v1/documents"]
     # One trace: the upload's request, the workflow it started, every step of the import.
     names = {s.name for s in collector.spans if s.trace_id == upload.trace_id}
@@ -235,13 +225,23 @@ async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activiti
     assert {f"RunActivity:{step}" for step in steps} <= names, names
 
 
-async def _api_up(http: httpx.AsyncClient, api: str) -> None:
-    """Wait for a worker subprocess's API to answer."""
+@asynccontextmanager
+async def _worker_serving_api(
+    cfg: Settings, log: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A worker subprocess serving the API, once it answers; stopped cleanly after."""
+    worker = start_worker_process(cfg, log)
+    api = f"http://127.0.0.1:{cfg.api_port}"
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
 
-    async def healthz() -> int:
-        try:
-            return (await http.get(f"{api}/healthz")).status_code
-        except httpx.TransportError:
-            return 0  # not listening yet
+            async def healthz() -> int:
+                try:
+                    return (await http.get(f"{api}/healthz")).status_code
+                except httpx.TransportError:
+                    return 0  # not listening yet
 
-    await eventually(healthz, lambda code: code == 200, timeout=60, what=f"{api}/healthz")
+            await eventually(healthz, lambda code: code == 200, timeout=60, what=f"{api}/healthz")
+            yield http, api
+    finally:
+        assert stop_process(worker) == 0

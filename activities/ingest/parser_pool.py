@@ -204,6 +204,14 @@ class ParserPool:
         # The pending idle check, and the loop it runs on.
         self._reaper: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
 
+    @property
+    def busy(self) -> int:
+        return len(self._busy)
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
     async def run(
         self,
         request: ParserInput,
@@ -337,5 +345,5 @@ async def _end(proc: WarmProcess, on_killed: Callable[[int], None]) -> int:
 # closed too, for processes that use the parser without a worker (tests, benchmarks), and
 # PR_SET_PDEATHSIG covers a parent that is killed.
 POOL = ParserPool()
-metrics.watch_parser_pool(lambda: len(POOL._busy), lambda: len(POOL._idle))
+metrics.watch_parser_pool(lambda: POOL.busy, lambda: POOL.idle)
 atexit.register(POOL.close)
