@@ -228,24 +228,24 @@ async def reopen(root: Path, dim: int) -> None:
 async def _recall(engine: EdgeEngine, corpus: Corpus, n: int = 100) -> float:
     from qdrant_edge import QuantizationSearchParams, Query, QueryRequest, SearchParams
 
-    coll = engine.collection(COLLECTION)
+    parts = engine.collection(COLLECTION).parts
     hits = []
-    with coll.reading() as shard:
-        for i in range(n):
-            vector = corpus.query(i)[0]
-            # As the index searches (engine.query): HNSW, quantized, rescored.
-            [approx] = engine.query(COLLECTION, [QuerySpec(10, dense=vector)], None)
-            # Exact: every point compared with its full vector, no graph, no quantization.
-            exact = shard.query(
-                QueryRequest(
-                    limit=10,
-                    query=Query.Nearest(vector),
-                    params=SearchParams(
-                        exact=True, quantization=QuantizationSearchParams(ignore=True)
-                    ),
-                )
-            )
-            hits.append(len({p.id for p in approx} & {str(p.id) for p in exact}) / 10)
+    for i in range(n):
+        vector = corpus.query(i)[0]
+        # As the index searches (engine.query): HNSW, quantized, rescored.
+        [approx] = engine.query(COLLECTION, [QuerySpec(10, dense=vector)], None)
+        # Exact: every point compared with its full vector, no graph, no quantization.
+        request = QueryRequest(
+            limit=10,
+            query=Query.Nearest(vector),
+            params=SearchParams(exact=True, quantization=QuantizationSearchParams(ignore=True)),
+        )
+        exact = []
+        for part in parts:
+            with part.reading() as shard:
+                exact.extend(shard.query(request))
+        best = sorted(exact, key=lambda p: p.score, reverse=True)[:10]
+        hits.append(len({p.id for p in approx} & {str(p.id) for p in best}) / 10)
     return statistics.mean(hits)
 
 

@@ -180,7 +180,8 @@ async def test_export_and_import_keep_points_and_rebuild_keywords(index: VectorI
         exported += page
         if offset is None:
             break
-    assert len(exported) == 6 and all(len(p.vector) == DIM for p in exported)
+    assert len({p.id for p in exported}) == len(exported) == 6
+    assert all(len(p.vector) == DIM for p in exported)
     assert await index.vector_params(c) == (DIM, "Cosine")
     await index.import_points(d, DIM, exported)
     assert await index.count(d) == 6
@@ -212,6 +213,33 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     assert await index.drop_collection(c) and not await index.exists(c)
 
 
+async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path: Path) -> None:
+    """The embedded engine splits a collection into partitions by point id: a scroll merges
+    their pages in the engine's id order, a search their hits by score."""
+    index = VectorIndex(EdgeEngine(tmp_path / "index"))
+    c = "chunks_pages"
+    try:
+        chunks = [Chunk(i, f"chunk {i} on topic {i % 5}", f"h{i}") for i in range(300)]
+        await index.upsert(c, "doc", chunks, [vec(i) for i in range(300)])
+        engine = index.engine
+        assert isinstance(engine, EdgeEngine)
+        counts = [part.points() for part in engine.collection(c).parts]
+        assert len(counts) > 1 and min(counts) > 0 and sum(counts) == 300
+        seen, offset = [], None
+        while True:
+            page, offset = await index.export_points(c, offset, 7)
+            seen += [p.id for p in page]
+            if offset is None:
+                break
+        assert len(seen) == len(set(seen)) == 300
+        hits = await index.search(c, 5, vector=vec(123), mode=SearchMode.DENSE)
+        assert hits[0].chunk_index == 123
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+    finally:
+        index.close()
+
+
 def test_embedded_index_is_one_process_at_a_time(tmp_path: Path) -> None:
     first = EdgeEngine(tmp_path / "index")
     try:
@@ -241,9 +269,14 @@ async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) ->
             await index.upsert(c, "doc", batch, [vec(i) for i in range(start, start + 500)])
         assert (await index.unindexed())[c] == n
         builder = Builder(engine)
-        coll = engine.collection(c)
-        build_task = asyncio.create_task(asyncio.to_thread(builder.build, coll))
-        # Writes and searches while the child builds: all must land in the swapped-in shard.
+        parts = engine.collection(c).parts
+        assert len(parts) == BuildSettings().partitions > 1
+
+        def build_all() -> list[bool]:
+            return [builder.build(part) for part in parts]
+
+        build_task = asyncio.create_task(asyncio.to_thread(build_all))
+        # Writes and searches while the child builds: all must land in the swapped-in shards.
         written = 0
         while not build_task.done():
             i = n + written
@@ -252,7 +285,7 @@ async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) ->
             hits = await index.search(c, 3, vector=vec(7), mode=SearchMode.DENSE)
             assert hits and hits[0].chunk_index == 7
             await asyncio.sleep(0.05)
-        assert await build_task is True
+        assert await build_task == [True] * len(parts)
         assert written > 0
         assert await index.count(c, "doc") == n
         assert await index.count(c, "late") == written
@@ -266,7 +299,8 @@ async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) ->
     again = VectorIndex(EdgeEngine(tmp_path / "index"))
     try:
         assert await again.count(c, "doc") == n
-        shards = [p for p in (tmp_path / "index/collections/chunks_build").iterdir() if p.is_dir()]
-        assert [s.name for s in shards] == ["shard-1"]
+        folder = tmp_path / "index/collections/chunks_build"
+        shards = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/shard-*"))
+        assert shards == [f"p{i}/shard-1" for i in range(len(parts))]
     finally:
         again.close()

@@ -5,10 +5,11 @@ Layout under the index folder (`data/index`):
     LOCK                      held (flock) by the one process that has the index open
     aliases.json              alias -> collection, replaced atomically
     collections/<name>/       one collection: meta.json (kind, dimension, metadata, and the
-                              name of its current shard folder) and that shard folder
+                              current shard folder of each partition) and those folders
 
-A collection is one Edge shard: segments on disk, a write-ahead log, payload indexes, HNSW for
-the dense vector, an inverted index for the sparse one. Edge builds HNSW only when asked
+A collection is a few Edge shards, its partitions (edge_collection.py): each has segments on
+disk, a write-ahead log, payload indexes, HNSW for the dense vector, an inverted index for the
+sparse one. Edge builds HNSW only when asked
 (`optimize()`), and that call holds the Python interpreter lock for its whole duration (seconds
 per 10,000 points), so it never runs here: `edge_builder.py` builds a copy in a child process
 and swaps it in, while this process keeps searching and writing the live shard.
@@ -20,13 +21,13 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import shutil
 import threading
-import time
 import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +46,13 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
+from knowledgeops.index.edge_collection import (
+    META,
+    Collection,
+    Partition,
+    load_collection,
+    write_json,
+)
 from knowledgeops.index.edge_mapping import (
     FLAG,
     SCHEMA,
@@ -71,86 +79,10 @@ from knowledgeops.index.engine import (
 
 log = logging.getLogger(__name__)
 
-META = "meta.json"
 # Dense candidates are found with the int8 quantization in memory, twice as many as asked, then
 # ranked by their full vectors (read from disk): the quantization's recall cost, measured, is
 # in docs/benchmarks.md ("The index at scale").
 _RESCORED = SearchParams(quantization=QuantizationSearchParams(rescore=True, oversampling=2.0))
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-class Handle:
-    """An open shard and the reads still using it: a swapped-out shard closes once they end."""
-
-    def __init__(self, shard: EdgeShard, folder: str) -> None:
-        self.shard = shard
-        self.folder = folder
-        self.readers = 0
-
-
-@dataclass
-class Collection:
-    name: str
-    kind: Kind
-    dimension: int
-    path: Path
-    handle: Handle
-    metadata: dict[str, Any] = field(default_factory=dict)
-    # Writes (and swaps) one at a time, so a build's log of writes is in the order applied.
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    readers: threading.Condition = field(default_factory=threading.Condition)
-    # While a build runs: every write since its copy was taken, replayed onto the copy. An
-    # upsert is kept as its point ids only (replayed from the points' state in the live shard):
-    # holding the points themselves cost gigabytes during a long build at 1M points.
-    oplog: list[UpdateOperation | list[PointId]] | None = None
-    last_write: float = 0.0
-    dirty: bool = False
-    dropped: bool = False
-
-    def save(self) -> None:
-        _write_json(
-            self.path / META,
-            {
-                "kind": self.kind.value,
-                "dimension": self.dimension,
-                "metadata": self.metadata,
-                "shard": self.handle.folder,
-            },
-        )
-
-    def write(self, op: UpdateOperation, upserted: list[PointId] | None = None) -> None:
-        with self.lock:
-            self.handle.shard.update(op)
-            if self.oplog is not None:
-                self.oplog.append(upserted if upserted is not None else op)
-            self.last_write = time.monotonic()
-            self.dirty = True
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[EdgeShard]:
-        with self.readers:
-            handle = self.handle
-            handle.readers += 1
-        try:
-            yield handle.shard
-        finally:
-            with self.readers:
-                handle.readers -= 1
-                self.readers.notify_all()
-
-    def retire(self, old: Handle) -> None:
-        """Close a shard no longer current once the reads using it have ended."""
-        with self.readers:
-            self.readers.wait_for(lambda: old.readers == 0)
-        old.shard.close()
 
 
 class EdgeEngine(Engine):
@@ -166,36 +98,20 @@ class EdgeEngine(Engine):
         self._aliases_path = root / "aliases.json"
         self._guard = threading.Lock()  # the collection table
         self._collections: dict[str, Collection] = {}
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(self.build.partitions, os.cpu_count() or 1),
+            thread_name_prefix="index-partitions",
+        )
         try:
             for p in sorted(self._dir.iterdir()):
-                self._load(p)
+                if p.name.startswith("."):
+                    if p.is_dir():
+                        shutil.rmtree(p, ignore_errors=True)  # a create or drop cut short
+                elif p.is_dir() and (coll := load_collection(p)) is not None:
+                    self._collections[p.name] = coll
         except BaseException:
             self.close()
             raise
-
-    def _load(self, path: Path) -> None:
-        meta_path = path / META
-        if not path.is_dir() or path.name.startswith("."):
-            if path.name.startswith(".") and path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)  # a create or drop cut short
-            return
-        if not meta_path.exists():
-            shutil.rmtree(path, ignore_errors=True)  # never finished being created
-            return
-        meta = json.loads(meta_path.read_text())
-        folder = str(meta["shard"])
-        for other in path.iterdir():
-            if other.is_dir() and other.name != folder:
-                shutil.rmtree(other, ignore_errors=True)  # a build that never swapped in
-        shard = EdgeShard.load(str(path / folder))
-        self._collections[path.name] = Collection(
-            name=path.name,
-            kind=Kind(meta["kind"]),
-            dimension=int(meta["dimension"]),
-            path=path,
-            handle=Handle(shard, folder),
-            metadata=dict(meta.get("metadata") or {}),
-        )
 
     # -- collections ------------------------------------------------------------------------
 
@@ -225,20 +141,28 @@ class EdgeEngine(Engine):
                 return
             # Built aside and renamed into place: a crash never leaves half a collection.
             tmp = self._dir / f".new-{name}-{uuid.uuid4().hex[:8]}"
-            folder = "shard-0"
             tmp.mkdir()
-            shard = EdgeShard.create(str(tmp / folder), shard_config(kind, dimension, self.build))
-            if kind == Kind.CHUNKS:
-                for key, schema in INDEXED_FIELDS.items():
-                    typed = SCHEMA["integer" if key == FLAG else schema]
-                    shard.update(UpdateOperation.create_field_index(key, typed))
-            shard.close()
-            coll = Collection(name, kind, dimension, tmp, Handle(shard, folder))
-            coll.save()
+            # The embedding cache is never built, so it gains nothing from partitions.
+            count = self.build.partitions if kind == Kind.CHUNKS else 1
+            folders = [f"p{i}/shard-0" for i in range(count)]
+            config = shard_config(kind, dimension, self.build)
+            for folder in folders:
+                (tmp / folder).parent.mkdir()
+                shard = EdgeShard.create(str(tmp / folder), config)
+                if kind == Kind.CHUNKS:
+                    for key, schema in INDEXED_FIELDS.items():
+                        typed = SCHEMA["integer" if key == FLAG else schema]
+                        shard.update(UpdateOperation.create_field_index(key, typed))
+                shard.close()
+            coll = Collection(name, kind, dimension, tmp)
+            write_json(
+                tmp / META,
+                {"kind": kind.value, "dimension": dimension, "metadata": {}, "shards": folders},
+            )
             final = self._dir / name
             os.rename(tmp, final)
             coll.path = final
-            coll.handle = Handle(EdgeShard.load(str(final / folder)), folder)
+            coll.attach(folders)
             self._collections[name] = coll
 
     def drop(self, name: str) -> bool:
@@ -246,10 +170,8 @@ class EdgeEngine(Engine):
             coll = self._collections.pop(name, None)
         if coll is None:
             return False
-        with coll.lock:
-            coll.dropped = True  # a build in progress discards its copy
         # Closed before its folder goes: closing flushes into the folder.
-        coll.retire(coll.handle)
+        coll.close()
         trash = self._dir / f".drop-{name}-{uuid.uuid4().hex[:8]}"
         os.rename(coll.path, trash)
         shutil.rmtree(trash, ignore_errors=True)
@@ -266,9 +188,8 @@ class EdgeEngine(Engine):
 
     def set_metadata(self, name: str, metadata: dict[str, Any]) -> None:
         coll = self._get(name)
-        with coll.lock:
-            coll.metadata = dict(metadata)
-            coll.save()
+        coll.metadata = dict(metadata)
+        coll.save()
 
     def alias(self, alias: str) -> str | None:
         return self._aliases().get(alias)
@@ -286,48 +207,57 @@ class EdgeEngine(Engine):
                 aliases.pop(alias, None)
             else:
                 aliases[alias] = collection
-            _write_json(self._aliases_path, aliases)
+            write_json(self._aliases_path, aliases)
 
     # -- points -----------------------------------------------------------------------------
 
     def upsert(self, name: str, points: Sequence[EnginePoint]) -> None:
         coll = self._get(name)
-        if coll.kind == Kind.VECTORS:
-            structs = [Point(p.id, p.dense, stored_payload(p.payload)) for p in points]
-        else:
-            structs = []
-            for p in points:
-                vectors: dict[str, Any] = {"": p.dense}
-                if p.sparse is not None:
-                    vectors[SPARSE] = SparseVector(p.sparse.indices, p.sparse.values)
-                structs.append(Point(p.id, vectors, stored_payload(p.payload)))
-        coll.write(UpdateOperation.upsert_points(structs), [p.id for p in points])
+        by_part: dict[int, list[EnginePoint]] = {}
+        for p in points:
+            by_part.setdefault(coll.partition_of(p.id).number, []).append(p)
+        for number, part_points in by_part.items():
+            structs = [_point(coll.kind, p) for p in part_points]
+            coll.parts[number].write(
+                UpdateOperation.upsert_points(structs), [p.id for p in part_points]
+            )
 
     def retrieve(
         self, name: str, ids: Sequence[PointId], *, payload: bool, dense: bool
     ) -> list[Record]:
-        with self._get(name).reading() as shard:
-            records = shard.retrieve(list(ids), with_payload=payload, with_vector=dense)
+        coll = self._get(name)
+        records = []
+        for number, part_ids in coll.by_partition(list(ids)).items():
+            with coll.parts[number].reading() as shard:
+                wanted: list[int | uuid.UUID | str] = list(part_ids)
+                records.extend(shard.retrieve(wanted, with_payload=payload, with_vector=dense))
         return [
             Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
             for r in records
         ]
 
     def count(self, name: str, flt: PointFilter | None) -> int:
-        with self._get(name).reading() as shard:
-            return int(shard.count(CountRequest(exact=True, filter=edge_filter(flt))))
+        request = CountRequest(exact=True, filter=edge_filter(flt))
+        total = 0
+        for part in self._get(name).parts:
+            with part.reading() as shard:
+                total += int(shard.count(request))
+        return total
+
+    def _write_all(self, name: str, op: UpdateOperation) -> None:
+        for part in self._get(name).parts:
+            part.write(op)
 
     def delete(self, name: str, flt: PointFilter) -> None:
-        self._get(name).write(UpdateOperation.delete_points_by_filter(edge_filter(flt)))
+        self._write_all(name, UpdateOperation.delete_points_by_filter(edge_filter(flt)))
 
     def set_payload(self, name: str, flt: PointFilter, payload: dict[str, Any]) -> None:
-        self._get(name).write(
-            UpdateOperation.set_payload_by_filter(edge_filter(flt), stored_payload(payload))
-        )
+        op = UpdateOperation.set_payload_by_filter(edge_filter(flt), stored_payload(payload))
+        self._write_all(name, op)
 
     def delete_payload(self, name: str, flt: PointFilter, keys: Sequence[str]) -> None:
         op = UpdateOperation.delete_payload_by_filter(edge_filter(flt), list(keys))
-        self._get(name).write(op)
+        self._write_all(name, op)
 
     def scroll(
         self,
@@ -339,23 +269,27 @@ class EdgeEngine(Engine):
         dense: bool,
     ) -> tuple[list[Record], PointId | None]:
         with_payload: Any = True if fields is None else PayloadSelector.Include(list(fields))
-        with self._get(name).reading() as shard:
-            records, after = shard.scroll(
-                ScrollRequest(
-                    offset=offset, limit=limit, with_payload=with_payload, with_vector=dense
-                )
-            )
+        # Every partition's page from the same offset, merged in the engine's id order: the
+        # first `limit` are this page, the next one is where the next page starts.
+        request = ScrollRequest(
+            offset=offset, limit=limit + 1, with_payload=with_payload, with_vector=dense
+        )
+        merged = []
+        for part in self._get(name).parts:
+            with part.reading() as shard:
+                merged.extend(shard.scroll(request)[0])
+        merged.sort(key=lambda r: _id_order(r.id))
         out = [
             Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
-            for r in records
+            for r in merged[:limit]
         ]
-        return out, (str(after) if after is not None else None)
+        return out, (str(merged[limit].id) if len(merged) > limit else None)
 
     def query(
         self, name: str, specs: Sequence[QuerySpec], flt: PointFilter | None
     ) -> list[list[Scored]]:
         f = edge_filter(flt)
-        requests = []
+        requests: list[QueryRequest] = []
         for spec in specs:
             if spec.sparse is not None:
                 query = Query.Nearest(
@@ -365,22 +299,44 @@ class EdgeEngine(Engine):
             else:
                 query, params = Query.Nearest(spec.dense or []), _RESCORED
             requests.append(QueryRequest(limit=spec.limit, query=query, filter=f, params=params))
-        with self._get(name).reading() as shard:
-            results = shard.query_batch(QueryBatchRequest(requests))
-        return [[Scored(str(p.id), float(p.score)) for p in hits] for hits in results]
+        parts = self._get(name).parts
+        if len(parts) > 1:
+            requests = [_undersampled(r, len(parts)) for r in requests]
+
+        def ask(part: Partition) -> list[list[Any]]:
+            with part.reading() as shard:
+                return list(shard.query_batch(QueryBatchRequest(requests)))
+
+        # The partitions answer in parallel: Edge's query releases the interpreter lock.
+        answers = list(self._pool.map(ask, parts)) if len(parts) > 1 else [ask(parts[0])]
+        merged: list[list[Scored]] = [[] for _ in specs]
+        for results in answers:
+            for out, hits in zip(merged, results, strict=True):
+                out.extend(Scored(str(p.id), float(p.score)) for p in hits)
+        # Each partition ranks its own points (BM25's IDF from its own, which with points
+        # spread by hash differs little, as between a Qdrant server's shards).
+        return [
+            sorted(hits, key=lambda s: s.score, reverse=True)[: spec.limit]
+            for hits, spec in zip(merged, specs, strict=True)
+        ]
 
     # -- lifecycle --------------------------------------------------------------------------
+
+    def partitions(self) -> list[Partition]:
+        out = []
+        for name in self.collections():
+            with contextlib.suppress(KeyError):
+                out.extend(self._get(name).parts)
+        return out
 
     def flush(self) -> None:
         """Persist written segments (bounds what a restart replays from the WAL). Not under the
         write lock: the engine flushes while writes go on, and a pause here would stall them."""
-        for name in self.collections():
-            with contextlib.suppress(KeyError):
-                coll = self._get(name)
-                if coll.dirty:
-                    coll.dirty = False
-                    with coll.reading() as shard:
-                        shard.flush()
+        for part in self.partitions():
+            if part.dirty:
+                part.dirty = False
+                with part.reading() as shard:
+                    shard.flush()
 
     def unindexed(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -388,7 +344,7 @@ class EdgeEngine(Engine):
             with contextlib.suppress(KeyError):
                 coll = self._get(name)
                 if coll.kind == Kind.CHUNKS:
-                    out[name] = unindexed_points(coll)
+                    out[name] = sum(p.unindexed() for p in coll.parts)
         return out
 
     def close(self) -> None:
@@ -396,26 +352,43 @@ class EdgeEngine(Engine):
             collections = list(self._collections.values())
             self._collections.clear()
         for coll in collections:
-            with coll.lock:
-                coll.dropped = True
-                coll.handle.shard.flush()
-            coll.retire(coll.handle)
+            coll.close()
+        self._pool.shutdown(wait=False)
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
 
 
-def unindexed_points(coll: Collection) -> int:
-    """Points whose dense vector is not in an HNSW graph yet. Edge counts indexed vectors
-    of both kinds, and the sparse one is indexed as it is written."""
-    with coll.reading() as shard:
-        info = shard.info()
-    return max(0, 2 * info.points_count - info.indexed_vectors_count)
+def _undersampled(request: QueryRequest, partitions: int) -> QueryRequest:
+    """Each partition asked for fewer than the whole query's limit: how many of the best
+    `limit` one partition holds is binomial (points are spread by a hash of their id), so the
+    mean plus four standard deviations misses one of them about once in 30,000 queries, and a
+    miss costs a candidate near the bottom of the list. Asking every partition for all of them
+    made a hybrid search (100 candidates a side, each rescored from disk) 3x slower."""
+    k, share = request.limit, 1 / partitions
+    wanted = math.ceil(k * share + 4 * math.sqrt(k * share * (1 - share))) + 1
+    if wanted >= k:
+        return request
+    return QueryRequest(
+        limit=wanted, query=request.query, filter=request.filter, params=request.params
+    )
 
 
-def points_of(coll: Collection) -> int:
-    with coll.reading() as shard:
-        return int(shard.info().points_count)
+def _point(kind: Kind, p: EnginePoint) -> Point:
+    if kind == Kind.VECTORS:
+        return Point(p.id, p.dense, stored_payload(p.payload))
+    vectors: dict[str, Any] = {"": p.dense}
+    if p.sparse is not None:
+        vectors[SPARSE] = SparseVector(p.sparse.indices, p.sparse.values)
+    return Point(p.id, vectors, stored_payload(p.payload))
+
+
+def _id_order(point_id: object) -> tuple[int, int]:
+    """The engine's order of point ids (numbers first, then UUIDs by value), which its scroll
+    pages follow."""
+    if isinstance(point_id, int):
+        return (0, point_id)
+    return (1, uuid.UUID(str(point_id)).int)
 
 
 def _lock(root: Path) -> IO[str]:

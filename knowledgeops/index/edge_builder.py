@@ -1,16 +1,20 @@
-"""Building HNSW for the embedded engine in the background, off the worker's interpreter.
+"""Building HNSW for the embedded engine in the background, off the worker's interpreter, one
+partition (shard) of a collection at a time.
 
 Edge's `optimize()` holds the Python interpreter lock until it is done (measured: 12 s for
 30,000 points, 69 s for 100,000, during which no other thread of the process ran): run in the
 worker it would stop every search, heartbeat and Temporal poll. So a build works on a copy:
 
-1. With the collection's writes paused (only for the copy), flush its shard and copy the
-   folder; from then on every write is also kept in the collection's log.
+1. With the partition's writes paused (only for the copy), flush its shard and copy the
+   folder; from then on every write to it is also kept in the partition's log.
 2. A child process (lower CPU priority, dies with the worker) loads the copy, optimizes it
    (HNSW, merged segments, vacuum) and exits. Search and writes go on against the live shard.
 3. The built shard is loaded here, the logged writes are replayed onto it (most of them while
    writes go on; the rest with writes paused), and it becomes the collection's shard in one
    step (meta.json names it); the old one closes once the searches still using it end.
+
+The copy and the built shard are one partition's: the memory a build adds (the built shard
+loaded beside the live one, and the writes replayed onto it) is a partition's, not the index's.
 
 A crash anywhere leaves the live shard complete (its WAL has every write) and the copy behind,
 which the next start removes. Builds start when enough points are unindexed, or a smaller
@@ -34,7 +38,8 @@ from uuid import UUID
 
 from qdrant_edge import EdgeShard, Point, UpdateOperation
 
-from knowledgeops.index.edge import Collection, EdgeEngine, Handle, points_of, unindexed_points
+from knowledgeops.index.edge import EdgeEngine
+from knowledgeops.index.edge_collection import Handle, Partition
 from knowledgeops.index.engine import Kind
 
 log = logging.getLogger(__name__)
@@ -53,7 +58,7 @@ class Builder:
         self.engine = engine
         self._stop = threading.Event()
         self._child: subprocess.Popen[bytes] | None = None
-        self._failed: dict[str, float] = {}
+        self._failed: dict[str, float] = {}  # partition name -> when to try again
         self.builds = 0  # completed builds (tests and benchmarks read it)
         self._thread = threading.Thread(target=self._loop, name="index-builder", daemon=True)
 
@@ -72,67 +77,60 @@ class Builder:
         while not self._stop.wait(CHECK_SECONDS):
             try:
                 self.engine.flush()
-                for name in self.engine.collections():
+                for part in self.engine.partitions():
                     if self._stop.is_set():
                         return
-                    coll = self._collection(name)
-                    if coll is not None and self._due(coll):
-                        self.build(coll)
+                    if part.collection.kind == Kind.CHUNKS and self._due(part):
+                        self.build(part)
             except Exception:
                 # The builder must outlive a bad pass (a collection dropped mid-look, a full
                 # disk): the index works unindexed meanwhile; say so and look again later.
                 log.exception("index builder pass failed; retrying in %.0f s", CHECK_SECONDS)
 
-    def _collection(self, name: str) -> Collection | None:
-        try:
-            coll = self.engine.collection(name)
-        except KeyError:
-            return None
-        return coll if coll.kind == Kind.CHUNKS else None
-
-    def _due(self, coll: Collection) -> bool:
-        if time.monotonic() < self._failed.get(coll.name, 0.0):
+    def _due(self, part: Partition) -> bool:
+        if part.dropped or time.monotonic() < self._failed.get(part.name, 0.0):
             return False
-        unindexed, total = unindexed_points(coll), points_of(coll)
+        unindexed, total = part.unindexed(), part.points()
         settings = self.engine.build
         if unindexed >= max(settings.points, settings.growth * (total - unindexed)):
             return True
-        idle = time.monotonic() - coll.last_write >= settings.idle_seconds
+        idle = time.monotonic() - part.last_write >= settings.idle_seconds
         return idle and unindexed >= settings.idle_points
 
-    def build(self, coll: Collection) -> bool:
-        """Build `coll`'s indexes on a copy and swap it in; False if it was not swapped in
+    def build(self, part: Partition) -> bool:
+        """Build `part`'s indexes on a copy and swap it in; False if it was not swapped in
         (dropped meanwhile, stopped, or failed: the live shard serves on unchanged)."""
         started = time.monotonic()
-        folder = f"shard-{int(coll.handle.folder.rsplit('-', 1)[-1]) + 1}"
-        target = coll.path / folder
-        with coll.lock:
-            if coll.dropped:
+        folder = part.next_folder()
+        root = part.collection.path
+        target = root / folder
+        with part.lock:
+            if part.dropped:
                 return False
-            coll.handle.shard.flush()
+            part.handle.shard.flush()
             shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(coll.path / coll.handle.folder, target)
-            coll.oplog = []
+            shutil.copytree(root / part.handle.folder, target)
+            part.oplog = []
         paused = time.monotonic() - started
         try:
             if not self._optimize_in_child(target):
                 return False
             built = EdgeShard.load(str(target))
-            swapped = self._replay_and_swap(coll, built, folder)
+            swapped = self._replay_and_swap(part, built, folder)
         except Exception:
-            self._failed[coll.name] = time.monotonic() + FAILED_BACKOFF_SECONDS
-            log.exception("building the index of %s failed; search goes on unindexed", coll.name)
+            self._failed[part.name] = time.monotonic() + FAILED_BACKOFF_SECONDS
+            log.exception("building the index of %s failed; search goes on unindexed", part.name)
             swapped = False
         finally:
-            with coll.lock:
-                coll.oplog = None
+            with part.lock:
+                part.oplog = None
         if not swapped:
             shutil.rmtree(target, ignore_errors=True)
             return False
         self.builds += 1
         log.info(
             "built the index of %s in %.1f s (writes paused %.2f s)",
-            coll.name,
+            part.name,
             time.monotonic() - started,
             paused,
         )
@@ -155,26 +153,24 @@ class Builder:
             raise RuntimeError(f"index build process exited with {code}: {' | '.join(tail)}")
         return True
 
-    def _replay_and_swap(self, coll: Collection, built: EdgeShard, folder: str) -> bool:
+    def _replay_and_swap(self, part: Partition, built: EdgeShard, folder: str) -> bool:
         applied = 0
         while True:
-            with coll.lock:
-                assert coll.oplog is not None
-                pending = coll.oplog[applied:]
-                if coll.dropped or self._stop.is_set():
+            with part.lock:
+                assert part.oplog is not None
+                pending = part.oplog[applied:]
+                if part.dropped or self._stop.is_set():
                     built.close()
                     return False
                 # The tail is short: replay it with writes paused and swap.
                 if len(pending) <= 16:
-                    _replay(pending, coll.handle.shard, built)
-                    old = coll.handle
-                    coll.handle = Handle(built, folder)
-                    coll.save()
+                    _replay(pending, part.handle.shard, built)
+                    old = part.swap(Handle(built, folder))
                     break
-            _replay(pending, coll.handle.shard, built)
+            _replay(pending, part.handle.shard, built)
             applied += len(pending)
-        coll.retire(old)
-        shutil.rmtree(coll.path / old.folder, ignore_errors=True)
+        part.retire(old)
+        shutil.rmtree(part.collection.path / old.folder, ignore_errors=True)
         _release_freed_memory()
         return True
 

@@ -50,6 +50,9 @@ class BuildSettings:
     idle_points: int = 1_000
     # Largest segment the optimizer merges into (points); bounds one build's cost at any size.
     max_segment_points: int = 200_000
+    # Shards a new chunks collection is split into (edge_collection.py): a build holds a copy
+    # of one, so more partitions mean a smaller peak, and more work per search.
+    partitions: int = 4
 
 
 def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig:
