@@ -51,6 +51,7 @@ class TaskType(StrEnum):
     CLEANUP_EXECUTE = "CLEANUP_EXECUTE"
     AGENT_TASK = "AGENT_TASK"
     REPORT_GENERATE = "REPORT_GENERATE"
+    DOCUMENT_DELETE = "DOCUMENT_DELETE"
 
     def task_name(self, suffix: str) -> str:
         """A task id of this type before the deployment prefix: every id this code makes

@@ -76,9 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     ds.add_argument("--offset", type=int, default=0, help="first chunk shown (with --chunks)")
     ds.add_argument("--limit", type=int, default=50, help="chunks shown, 1-500 (with --chunks)")
     ds.add_argument("--json", action="store_true")
-    dd = dsub.add_parser("delete", help="cancel its import, remove points, chunks and file")
+    dd = dsub.add_parser("delete", help="out of search now; a task removes points, chunks, file")
     dd.add_argument("document_id")
     dd.add_argument("--reason", default="", help="recorded in the audit log")
+    dd.add_argument("--follow", action="store_true", help="show progress until it finishes")
 
     sc = sub.add_parser("schedules", help="the maintenance schedules (backup, cleanup, report)")
     scsub = sc.add_subparsers(dest="action", required=True)

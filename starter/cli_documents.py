@@ -21,7 +21,7 @@ from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.settings import Settings
 from starter.cli_common import actor, follow_and_report, print_status, task_service
 from starter.document_chunks import ChunkPage, check_page
-from starter.documents import Deleted, DocumentDetail, DocumentService
+from starter.documents import DeleteAccepted, DocumentDetail, DocumentService
 from starter.search import SearchHit
 
 _NOBODY = object()  # no process serves the API: open the index here
@@ -151,14 +151,21 @@ async def _documents(args: argparse.Namespace, settings: Settings) -> int:
     raw = await _via_api(settings, "DELETE", path, reason=reason)
     if raw is _NOBODY:
         async with _document_service(settings, with_index=True) as documents:
-            deleted = await documents.delete(args.document_id, reason=reason, actor=actor())
+            accepted = await documents.delete(args.document_id, reason=reason, actor=actor())
     else:
-        deleted = Deleted.model_validate(raw)
-    print(
-        f"deleted {deleted.document_id}: {deleted.points_removed} points removed"
-        + (", its import was cancelled" if deleted.import_cancelled else "")
-    )
-    return 0
+        accepted = DeleteAccepted.model_validate(raw)
+    print(f"deleting {accepted.document_id}: it is out of search; task {accepted.task_id}")
+    if not args.follow:
+        return 0
+    async with task_service(settings) as service:
+        code = await follow_and_report(service, [("delete", accepted.task_id)], quiet=False)
+        result = (await service.get_status(accepted.task_id)).result or {}
+    if code == 0:
+        print(
+            f"deleted {accepted.document_id}: {result.get('points_removed')} points removed"
+            + (", its import was cancelled" if result.get("import_cancelled") else "")
+        )
+    return code
 
 
 async def _chunk_page(

@@ -1,44 +1,39 @@
 """The document lifecycle, one owner for the HTTP API and the CLI: store and import (or
-re-import) a file, list and show documents, delete one (cancel-wait, index, chunks, catalogue,
-stored file, audit)."""
+re-import) a file, list and show documents, delete one (hide it, start its delete task)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
+from knowledgeops.contracts.document_delete import DELETING, DocumentDeletePayload
 from knowledgeops.contracts.document_import import (
     ChunkingOptions,
     DocumentImportPayload,
     DocumentMetadata,
 )
+from knowledgeops.document_removal import hide_document
 from knowledgeops.embedding import model_id_for
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
-from knowledgeops.index.live import delete_document_everywhere, live_index
+from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
-from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
-from knowledgeops.stores.chunk_store import delete_chunks
 from knowledgeops.stores.database import Database
 from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.document_chunks import ChunkPage
 from starter.service import TaskQueueService
-from starter.task_models import TaskNotFoundError, TaskStatus
-
-# How long a delete waits for the document's import to stop (cancel + index clean-up).
-CANCEL_WAIT_SECONDS = 120.0
+from starter.task_models import TaskFinishedError, TaskNotFoundError, TaskStatus
 
 
 class ImportRef(BaseModel):
@@ -71,10 +66,13 @@ class DocumentPage(BaseModel):
     total: int
 
 
-class Deleted(BaseModel):
+class DeleteAccepted(BaseModel):
+    """A document's delete task: the document is hidden from search already; the task removes
+    it (its result says how many points went and whether its import was cancelled)."""
+
     document_id: str
-    points_removed: int
-    import_cancelled: bool
+    task_id: str
+    run_id: str | None = None
 
 
 class DocumentNotFoundError(LookupError):
@@ -85,8 +83,8 @@ class DocumentOwnedElsewhereError(RuntimeError):
     """An owner-bound caller named a document id that another owner's document has (409)."""
 
 
-class CancelPendingError(RuntimeError):
-    """The document's import was asked to stop but has not stopped yet (503 at the API)."""
+class DocumentBeingDeletedError(RuntimeError):
+    """An import of a document whose delete task has not finished yet (409 at the API)."""
 
 
 # Temporal priority keys (1 = first; unset = 3) of imports by file size.
@@ -192,6 +190,14 @@ class DocumentService:
         meta = metadata or DocumentMetadata()
         doc_id = document_id or derive_document_id(file_id, meta.owner)
         await self.check_document_id(doc_id, visible_to)
+        row = await self.catalogue.get(doc_id)
+        if row is not None and row.status == DELETING:
+            # Its delete task would remove what this import writes.
+            raise DocumentBeingDeletedError(
+                f"Document {doc_id!r} is being deleted (task "
+                f"{self.settings.task_id(TaskType.DOCUMENT_DELETE.task_name(doc_id))}); "
+                "import it again once that task has completed"
+            )
         size = await asyncio.to_thread(self._stored_size, file_id)
         payload = DocumentImportPayload(
             file_id=file_id,
@@ -357,80 +363,69 @@ class DocumentService:
 
     async def delete(
         self, document_id: str, *, reason: str = "", actor: str, visible_to: str | None = None
-    ) -> Deleted:
-        """Remove a document: cancel its running import first, then its vectors, chunks and
-        stored file (unless another document has the same bytes). The catalogue row goes in
-        one transaction with its audit record. `visible_to`: the one owner the caller may
-        change; others' documents are not found."""
+    ) -> DeleteAccepted:
+        """Hide the document from search at once and start its DOCUMENT_DELETE task, which
+        stops its import and removes its points, chunks, catalogue row and stored file
+        (knowledgeops/document_removal.py). Asking again while it runs joins the same task.
+        `visible_to`: the one owner the caller may change; others' documents are not found."""
         if self.store is None:
             raise RuntimeError("deleting a document needs the vector index open")
         missing = DocumentNotFoundError(f"No document with id {document_id!r}")
         row = await self.catalogue.get(document_id)
         if row is not None and visible_to is not None and row.owner != visible_to:
             raise missing
-        # Not listed yet: its import may still be waiting for a worker (see _awaiting_import).
-        task_id = row.last_task_id if row else self.import_task_id(document_id)
-        try:
-            task = await self.tasks.get_status(task_id)
-        except TaskNotFoundError:
-            if row is None:
-                raise missing from None
-            task = None
-        if row is None and task is not None and task.finished:
-            raise missing  # deleted already (or never listed): as `get` answers
-        queued_owner = (await self._queued_input(task_id)).metadata.owner if row is None else None
-        if row is None and visible_to is not None and queued_owner != visible_to:
-            raise missing
-
-        async def audit(outcome: str, **details: Any) -> None:
-            await self.tasks.audit(
-                actor,
-                "document_delete",
-                [task_id],
-                reason,
-                outcome,
-                {"document_id": document_id, **details},
-            )
-
-        cancelled = False
-        if task is not None and not task.finished:
-            await self.tasks.cancel(task_id, reason=f"document delete: {reason}", actor=actor)
+        task: TaskStatus | None = None
+        if row is not None:
+            import_task_id, file_id, owner = row.last_task_id, row.file_id, row.owner
+            with contextlib.suppress(TaskNotFoundError):  # its history may be gone
+                task = await self.tasks.get_status(import_task_id)
+        else:
+            # Not listed yet: its import may still be waiting for a worker (_awaiting_import).
+            import_task_id = self.import_task_id(document_id)
             try:
-                await self.tasks.wait(task_id, timeout=CANCEL_WAIT_SECONDS)
-            except TimeoutError:
-                # The cancel stays requested; only a worker can carry it out (and clean up).
-                await audit("refused", error="import has not stopped yet")
-                raise CancelPendingError(
-                    f"The import of {document_id!r} was asked to stop but has not stopped "
-                    f"within {CANCEL_WAIT_SECONDS} s: is a worker running? Nothing was deleted; "
-                    f"delete again once task {task_id} shows it cancelled."
-                ) from None
-            cancelled = True
-            row = row or await self.catalogue.get(document_id)
-        # From every index collection: a re-index running now must not bring it back.
-        removed = await delete_document_everywhere(self.store, document_id)
-        await asyncio.to_thread(delete_chunks, self.settings.chunks_dir, document_id)
-        file_id = row.file_id if row else (await self._queued_input(task_id)).file_id
-        record = audit_row(
+                task = await self.tasks.get_status(import_task_id)
+            except TaskNotFoundError:
+                raise missing from None
+            if task.finished:
+                raise missing  # deleted already (or never listed): as `get` answers
+            queued = await self._queued_input(import_task_id)
+            file_id, owner = queued.file_id, queued.metadata.owner
+            if visible_to is not None and owner != visible_to:
+                raise missing
+        await hide_document(self.store, self.catalogue, document_id)
+        if task is not None and not task.finished:
+            # Now, not when the delete task runs: a queued import then never starts, and a
+            # running one stops at its next heartbeat. (The task waits for it to close.)
+            with contextlib.suppress(TaskFinishedError):
+                await self.tasks.cancel(
+                    import_task_id, reason=f"document delete: {reason}", actor=actor
+                )
+        ref = await self.tasks.enqueue(
+            TaskType.DOCUMENT_DELETE,
+            DocumentDeletePayload(
+                document_id=document_id,
+                import_task_id=import_task_id,
+                import_running=task is not None and not task.finished,
+                file_id=file_id,
+                owner=owner,
+                actor=actor,
+                reason=reason,
+            ),
+            # One delete task per document: asking twice joins the running one.
+            task_id=TaskType.DOCUMENT_DELETE.task_name(document_id),
+            requested_by=actor,
+            owner=owner,
+            summary=f"Delete {row.filename if row else document_id}",
+        )
+        await self.tasks.audit(
             actor,
             "document_delete",
-            [task_id],
+            [ref.task_id, import_task_id],
             reason,
-            "deleted",
-            {"document_id": document_id, "points_removed": removed},
+            "requested",
+            {"document_id": document_id},
         )
-        await self.catalogue.delete_audited(document_id, record)
-        if not await self._file_needed(file_id):
-            file_store.path_for(self.settings.files_dir, file_id).unlink(missing_ok=True)
-        return Deleted(document_id=document_id, points_removed=removed, import_cancelled=cancelled)
-
-    async def _file_needed(self, file_id: str) -> bool:
-        """Another document's, or an import's that no worker has begun (it has no catalogue
-        row yet, but will read the file): the same bytes are one stored file."""
-        if await self.catalogue.file_in_use(file_id):
-            return True
-        live = await live_import_inputs(self.tasks.client, self.settings)
-        return any(p.file_id == file_id for p in live)
+        return DeleteAccepted(document_id=document_id, task_id=ref.task_id, run_id=ref.run_id)
 
 
 def _document(row: DocumentRow) -> Document:

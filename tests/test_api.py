@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY
@@ -363,50 +362,60 @@ async def test_bulk_retry_and_delete_document(
         for j in tasks:
             assert (await api.wait_task(j["task_id"]))["status"] == "completed"
         victim = tasks[0]["document_id"]
+        query = {"q": "Paragraph 1", "document_id": victim}
+        assert (await api.http.get("/v1/search", params=query)).json()
         r = await api.http.delete(f"/v1/documents/{victim}", params={"reason": "user asked"})
-        assert r.status_code == 200 and r.json()["points_removed"] > 0
+        assert r.status_code == 202, r.text
+        # Out of search before its task has run a step.
+        assert not (await api.http.get("/v1/search", params=query)).json()
+        done = await api.wait_task(r.json()["task_id"])
+        assert done["status"] == "completed" and done["result"]["points_removed"] > 0
         assert (await api.http.get(f"/v1/documents/{victim}")).status_code == 404
-        assert not (
-            await api.http.get("/v1/search", params={"q": "Paragraph 1", "document_id": victim})
-        ).json()
         audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
         actions = [a["action"] for a in audit]
         assert "bulk_retry" in actions and "document_delete" in actions
 
 
-async def test_delete_of_a_queued_document(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from starter import documents
-
-    monkeypatch.setattr(documents, "CANCEL_WAIT_SECONDS", 1.0)
+async def test_delete_of_a_queued_document(settings: Settings) -> None:
+    """A delete is a task: asked for while no worker runs, it is accepted (202) and waits in
+    its queue like any task; asking again joins it. A worker then stops the queued import and
+    removes the document, its stored file included."""
     async with running_api(settings, workers=False) as api:
         body = (
             await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
         ).json()
         doc_id, task = body["document_id"], body["task_id"]
-        # No worker can carry the cancel out yet: a clear 503, and nothing is deleted.
-        r = await api.http.delete(f"/v1/documents/{doc_id}")
-        assert r.status_code == 503 and r.headers["retry-after"] == "30"
-        assert r.json()["error"]["code"] == "cancel_pending" and "worker" in r.text
-        assert (await api.http.get(f"/v1/documents/{doc_id}")).status_code == 200
+        first = await api.http.delete(f"/v1/documents/{doc_id}", params={"reason": "gone"})
+        again = await api.http.delete(f"/v1/documents/{doc_id}")
+        assert first.status_code == again.status_code == 202, first.text
+        delete_task = first.json()["task_id"]
+        assert again.json()["task_id"] == delete_task
+        assert (await api.http.get(f"/v1/tasks/{delete_task}")).json()["status"] == "pending"
         audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
         assert [(a["action"], a["outcome"]) for a in audit] == [
-            ("document_delete", "refused"),
+            ("document_delete", "requested"),
+            ("cancel", "requested"),  # asked again: the import's cancel is requested already
+            ("document_delete", "requested"),
             ("cancel", "requested"),
         ]
     async with running_api(settings) as api:
+        done = await api.wait_task(delete_task)
+        assert done["status"] == "completed", done
+        assert done["result"] == {
+            "document_id": doc_id,
+            "import_cancelled": True,
+            "points_removed": 0,
+            "file_removed": True,
+        }
+        # The cancel was requested with the delete: the import never began.
         assert (await api.wait_task(task))["status"] == "cancelled"
-        # Cancelled while queued: still a first and a last event, and listed as cancelled.
         page = (await api.http.get("/v1/events", params={"task_id": task})).json()
         assert [e["event_type"] for e in page["events"]] == ["TaskEnqueued", "TaskCancelled"]
-        listed = (await api.http.get(f"/v1/documents/{doc_id}")).json()
-        assert listed["status"] == "cancelled"
-        r = await api.http.delete(f"/v1/documents/{doc_id}")
-        assert r.status_code == 200, r.text
-        assert r.json() == {"document_id": doc_id, "points_removed": 0, "import_cancelled": False}
         assert (await api.http.get(f"/v1/documents/{doc_id}")).status_code == 404
         assert not list(settings.files_dir.iterdir()), "the stored upload is removed too"
+        audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
+        assert (audit[0]["action"], audit[0]["outcome"]) == ("document_delete", "deleted")
+        assert audit[0]["reason"] == "gone" and delete_task in audit[0]["task_ids"]
 
 
 async def test_pending_filter_selects_only_tasks_no_worker_began(

@@ -203,7 +203,8 @@ async def test_retention_keeps_backup_keep_archives_and_prunes_the_pool(
         for ref in refs:
             assert (await env.service.wait(ref.task_id, timeout=WAIT)).status == "completed"
         first = await backup(env)
-        await env.documents.delete(refs[0].document_id, actor="test")
+        deleting = await env.documents.delete(refs[0].document_id, actor="test")
+        assert (await env.service.wait(deleting.task_id, timeout=WAIT)).status == "completed"
         second = await backup(env)
         root = s.backups_dir
         only_first = listed_blobs(root / first["archive"]) - listed_blobs(root / second["archive"])

@@ -106,7 +106,8 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
         await imported(env, EXAMPLES / "spaced-repetition.txt", "kept")
         await imported(env, shared, "shared-a")
         await imported(env, shared, "shared-b")  # the same bytes: one stored file, two documents
-        await env.documents.delete("shared-b", actor="test")
+        deleting = await env.documents.delete("shared-b", actor="test")
+        assert (await env.service.wait(deleting.task_id, timeout=WAIT)).status == "completed"
         st = await imported(env, orphan, "orphan")
         n_orphan = st.result["total_chunks"]  # type: ignore[index]
         orphan_version = st.result["version"]  # type: ignore[index]
@@ -221,7 +222,8 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
             assert "test/old" not in {e.event_id for e in events}
             assert "test/young" in {e.event_id for e in events}
             assert env.documents.import_task_id("kept") in {e.task_id for e in events}
-            assert len(await env.db.audit.records(actor="test")) == 2  # one delete, one young
+            # The delete's two (requested, deleted) and the young one.
+            assert len(await env.db.audit.records(actor="test")) == 3
 
             for doc, query in (("kept", "spaced repetition"), ("shared-a", "Paragraph 3")):
                 hits = await search(store, env.embedder, query, k=3, document_id=doc)

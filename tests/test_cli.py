@@ -105,7 +105,8 @@ def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         r = cli(["documents", "show", hit["document_id"], "--json"], environ)
         shown = json.loads(r.stdout)
         assert shown["points_in_index"] == shown["indexed_chunks"] > 0, r.stderr
-        r = cli(["documents", "delete", hit["document_id"], "--reason", "test"], environ)
+        delete = ["documents", "delete", hit["document_id"], "--reason", "test", "--follow"]
+        r = cli(delete, environ)
         assert r.returncode == 0 and f"{shown['points_in_index']} points removed" in r.stdout
         r = cli(["documents", "show", hit["document_id"]], environ)
         assert r.returncode == 1 and "No document with id" in r.stderr

@@ -371,7 +371,9 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
 ) -> None:
     """The same bytes are one stored file. An import no worker has begun has no catalogue row
     yet; deleting another document with that file must still leave the file to it."""
+    from knowledgeops.document_removal import remove_document
     from knowledgeops.index.opening import open_index
+    from knowledgeops.stores.audit import audit_row
     from knowledgeops.stores.database import Database
     from knowledgeops.temporal import connect
     from starter.documents import DocumentService
@@ -397,7 +399,16 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
             return [w.id async for w in client.list_workflows(query)]
 
         await eventually(listed, bool, what=query)  # visibility lists a new task within a moment
-        await documents.delete("first", actor="test")
+        deleting = await documents.delete("first", actor="test")
+        row = await documents.catalogue.get("first")
+        assert row is not None and row.status == "deleting"
+        # The delete task's last step, run here while the second import is still queued:
+        # the row goes, the file stays for the import no worker has begun.
+        record = audit_row("test", "document_delete", [deleting.task_id], "", "deleted")
+        kept = await remove_document(
+            documents.catalogue, client, settings, "first", row.file_id, record
+        )
+        assert kept == (True, False)
         stored = list(settings.files_dir.iterdir())
         assert len(stored) == 1, "the queued import's file was deleted"
     finally:
@@ -407,3 +418,8 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
     async with running_env(settings) as env:
         st = await env.service.wait(queued.task_id, timeout=WAIT)
         assert st.status == "completed", st.last_error
+        # The delete task finds its work done (the row) and the file in use (the import).
+        done = await env.service.wait(deleting.task_id, timeout=WAIT)
+        assert done.status == "completed" and done.result is not None
+        assert done.result["file_removed"] is False
+        assert len(list(settings.files_dir.iterdir())) == 1

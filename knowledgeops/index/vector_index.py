@@ -224,6 +224,13 @@ class VectorIndex:
             self._delete_matching, collection, PointFilter(document_id=document_id)
         )
 
+    async def stage_document(self, collection: str, document_id: str) -> None:
+        """Stage every point of a document: search, which never returns staged points, stops
+        finding it at once (a delete task removes the points afterwards)."""
+        if await self.exists(collection):
+            flt = PointFilter(document_id=document_id)
+            await self._run(self.engine.set_payload, collection, flt, {"staged": True})
+
     async def set_document_fields(
         self, collection: str, document_id: str, owner: str | None, tags: Sequence[str]
     ) -> None:

@@ -16,6 +16,7 @@ from sqlalchemy import JSON, DateTime, Integer, String, Table, Text, func, selec
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
+from knowledgeops.contracts.document_delete import DELETING
 from knowledgeops.contracts.events import EventType, TaskEvent
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.sql import Base, now
@@ -83,6 +84,8 @@ class DocumentCatalogue:
             .where(
                 table.c.document_id == ev.data["document_id"],
                 table.c.last_task_id == ev.task_id,
+                # Its delete task was started: the import it cancels must not relist it.
+                table.c.status != DELETING,
             )
             .values(values)
         )
@@ -106,7 +109,12 @@ class DocumentCatalogue:
         )
         if values["title"] is None:
             del values["title"]  # keep a known title unless a new one is given
-        await s.execute(stmt.on_conflict_do_update(index_elements=["document_id"], set_=values))
+        table = cast(Table, DocumentRow.__table__)
+        await s.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["document_id"], set_=values, where=table.c.status != DELETING
+            )
+        )
 
     async def get(self, document_id: str) -> DocumentRow | None:
         async with self.db.sessions() as s:
@@ -226,13 +234,23 @@ class DocumentCatalogue:
 
     async def delete_audited(self, document_id: str, record: AuditRow) -> bool:
         """Delete the document's row and write its audit record in one transaction: either
-        both happen or neither does."""
+        both happen or neither does. No row, no record: a retry after both happened."""
         async with self.db.write() as s:
             row = await s.get(DocumentRow, document_id)
-            if row is not None:
-                await s.delete(row)
+            if row is None:
+                return False
+            await s.delete(row)
             s.add(record)
-            return row is not None
+            return True
+
+    async def set_status(self, document_id: str, status: str) -> None:
+        table = cast(Table, DocumentRow.__table__)
+        async with self.db.write() as s:
+            await s.execute(
+                update(table)
+                .where(table.c.document_id == document_id)
+                .values(status=status, updated_at=now())
+            )
 
     async def file_in_use(self, file_id: str) -> bool:
         q = select(func.count()).select_from(DocumentRow).where(DocumentRow.file_id == file_id)

@@ -8,6 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
+from knowledgeops.contracts.document_delete import (
+    DELETE_DOCUMENT_CHUNKS,
+    DELETE_DOCUMENT_POINTS,
+    REMOVE_DOCUMENT,
+    STOP_IMPORT,
+    DocumentDeletePayload,
+    DocumentDeleteResult,
+)
 from knowledgeops.contracts.document_import import (
     CHUNK_DOCUMENT,
     DISCARD_VERSION,
@@ -138,6 +146,46 @@ SPECS: list[TaskSpec] = [
         ),
         progress_unit="chunks",
         projection="knowledgeops.stores.catalogue:DocumentCatalogue",
+    ),
+    TaskSpec(
+        TaskType.DOCUMENT_DELETE,
+        DocumentDeletePayload,
+        # Where the index is open (the embedded one lives in the ingest worker).
+        TaskQueue.INGEST,
+        "Remove a document: stop its import, delete its points, chunks, catalogue row and "
+        "stored file. Search stops returning it when the delete is asked for.",
+        execution_timeout=timedelta(hours=1),
+        workflow_name="DocumentDelete",
+        workflow_class="workflows.document_delete:DocumentDeleteWorkflow",
+        result_model=DocumentDeleteResult,
+        activities={
+            # Cancels the import and heartbeats while it waits for it to close: an import
+            # stops at its next heartbeat (seconds), or its worker is gone and it times out.
+            STOP_IMPORT.name: ActivityOptions(
+                start_to_close=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(5, initial=5.0),
+            ),
+            # By filter, in every index collection; idempotent.
+            DELETE_DOCUMENT_POINTS.name: ActivityOptions(
+                start_to_close=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=_retry(10),
+            ),
+            # Unlinks a few files.
+            DELETE_DOCUMENT_CHUNKS.name: ActivityOptions(
+                start_to_close=timedelta(seconds=30), retry_policy=_retry(10)
+            ),
+            # The catalogue row and its audit record in one transaction, then the file (after
+            # reading the inputs of every queued import: it heartbeats meanwhile).
+            REMOVE_DOCUMENT.name: ActivityOptions(
+                start_to_close=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(10),
+            ),
+        },
+        activity_classes=("activities.document_delete:DocumentDeleteActivities",),
+        progress_unit="steps",
     ),
     TaskSpec(
         TaskType.OCR_PROCESS,

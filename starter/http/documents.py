@@ -14,7 +14,7 @@ from knowledgeops.errors import DocumentError, validation_text
 from knowledgeops.index.engine import IndexOutdatedError
 from knowledgeops.stores import file_store
 from starter.document_chunks import MAX_CHUNK_PAGE, ChunkPage
-from starter.documents import Deleted, DocumentDetail, DocumentPage
+from starter.documents import DeleteAccepted, DocumentDetail, DocumentPage
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
@@ -173,13 +173,14 @@ async def get_document_chunks(
     return await rt.documents.chunks(document_id, offset=offset, limit=limit, visible_to=who.owner)
 
 
-@router.delete("/documents/{document_id}", response_model=Deleted)
+@router.delete("/documents/{document_id}", status_code=202, response_model=DeleteAccepted)
 async def delete_document(
     rt: RuntimeDep, who: CallerDep, document_id: str, reason: str = ""
-) -> Deleted:
-    """Remove a document: cancel its running import first (`503 cancel_pending` if it has not
-    stopped within 120 s), then its vectors, chunks and stored file. Audited, as the caller
-    the API token names."""
+) -> DeleteAccepted:
+    """Remove a document: it leaves search at once; its DOCUMENT_DELETE task (follow it at
+    `/v1/tasks/{task_id}`) stops its import, then removes its points, chunks, catalogue row
+    and stored file. Asking again while the task runs answers the same task. Audited, as the
+    caller the API token names."""
     return await rt.documents.delete(
         document_id, reason=reason, actor=who.name, visible_to=who.owner
     )

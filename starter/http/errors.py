@@ -17,7 +17,7 @@ from knowledgeops.temporal import is_unreachable
 from starter.admission import BacklogFullError
 from starter.document_chunks import ChunksNotPublishedError
 from starter.documents import (
-    CancelPendingError,
+    DocumentBeingDeletedError,
     DocumentNotFoundError,
     DocumentOwnedElsewhereError,
 )
@@ -60,6 +60,7 @@ _MAPPED: list[tuple[type[Exception], int, str]] = [
     (TaskNotFoundError, 404, "not_found"),
     (DocumentNotFoundError, 404, "not_found"),
     (DocumentOwnedElsewhereError, 409, "document_id_taken"),
+    (DocumentBeingDeletedError, 409, "document_being_deleted"),
     (ChunksNotPublishedError, 409, "chunks_not_published"),
     (TaskFinishedError, 409, "already_finished"),
     (TaskNotRetryableError, 409, "not_retryable"),
@@ -103,11 +104,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BacklogFullError)
     async def _backlog_full(_: Request, e: BacklogFullError) -> JSONResponse:
         return error_response(429, "backlog_full", str(e), {"Retry-After": str(e.retry_after)})
-
-    @app.exception_handler(CancelPendingError)
-    async def _cancel_pending(_: Request, e: CancelPendingError) -> JSONResponse:
-        # The cancel stays requested; the client may delete again once it has taken effect.
-        return error_response(503, "cancel_pending", str(e), {"Retry-After": "30"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
