@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from knowledgeops.contracts.document_delete import DELETING
 from knowledgeops.index.live import index_collections
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.live_imports import live_import_inputs
@@ -19,11 +18,22 @@ from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentCatalogue
 
 
-async def hide_document(index: VectorIndex, catalogue: DocumentCatalogue, document_id: str) -> None:
+async def hide_document(
+    index: VectorIndex,
+    catalogue: DocumentCatalogue,
+    document_id: str,
+    *,
+    file_id: str,
+    import_task_id: str,
+    owner: str | None,
+    filename: str,
+) -> None:
     """Unsearchable at once: the catalogue row says `deleting` (listings show it, imports of
     the document are refused until the task ends) and every point of the document, in every
     index collection, is staged, which search never returns."""
-    await catalogue.set_status(document_id, DELETING)
+    await catalogue.mark_deleting(
+        document_id, file_id=file_id, task_id=import_task_id, owner=owner, filename=filename
+    )
     for collection in await index_collections(index):
         await index.stage_document(collection, document_id)
 

@@ -377,6 +377,7 @@ class DocumentService:
         task: TaskStatus | None = None
         if row is not None:
             import_task_id, file_id, owner = row.last_task_id, row.file_id, row.owner
+            filename = row.filename
             with contextlib.suppress(TaskNotFoundError):  # its history may be gone
                 task = await self.tasks.get_status(import_task_id)
         else:
@@ -389,10 +390,18 @@ class DocumentService:
             if task.finished:
                 raise missing  # deleted already (or never listed): as `get` answers
             queued = await self._queued_input(import_task_id)
-            file_id, owner = queued.file_id, queued.metadata.owner
+            file_id, owner, filename = queued.file_id, queued.metadata.owner, queued.filename
             if visible_to is not None and owner != visible_to:
                 raise missing
-        await hide_document(self.store, self.catalogue, document_id)
+        await hide_document(
+            self.store,
+            self.catalogue,
+            document_id,
+            file_id=file_id,
+            import_task_id=import_task_id,
+            owner=owner,
+            filename=filename,
+        )
         if task is not None and not task.finished:
             # Now, not when the delete task runs: a queued import then never starts, and a
             # running one stops at its next heartbeat. (The task waits for it to close.)
@@ -415,7 +424,7 @@ class DocumentService:
             task_id=TaskType.DOCUMENT_DELETE.task_name(document_id),
             requested_by=actor,
             owner=owner,
-            summary=f"Delete {row.filename if row else document_id}",
+            summary=f"Delete {filename or document_id}",
         )
         await self.tasks.audit(
             actor,

@@ -390,6 +390,12 @@ async def test_delete_of_a_queued_document(settings: Settings) -> None:
         assert first.status_code == again.status_code == 202, first.text
         delete_task = first.json()["task_id"]
         assert again.json()["task_id"] == delete_task
+        shown = (await api.http.get(f"/v1/documents/{doc_id}")).json()
+        assert shown["status"] == "deleting"
+        # Its import now would be undone by the delete task: refused until that has ended.
+        r = await api.http.post("/v1/documents", **upload(EXAMPLES / "spaced-repetition.txt"))
+        assert r.status_code == 409 and r.json()["error"]["code"] == "document_being_deleted"
+        assert delete_task in r.json()["error"]["message"]
         assert (await api.http.get(f"/v1/tasks/{delete_task}")).json()["status"] == "pending"
         audit = (await api.http.get("/v1/admin/audit", headers=api.admin)).json()
         assert [(a["action"], a["outcome"]) for a in audit] == [

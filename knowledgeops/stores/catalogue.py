@@ -243,13 +243,30 @@ class DocumentCatalogue:
             s.add(record)
             return True
 
-    async def set_status(self, document_id: str, status: str) -> None:
-        table = cast(Table, DocumentRow.__table__)
+    async def mark_deleting(
+        self, document_id: str, *, file_id: str, task_id: str, owner: str | None, filename: str
+    ) -> None:
+        """The document's delete task has been started: its row says so (listed with its
+        import's details if its import had not begun yet, so an import of it meanwhile is
+        refused either way); the task removes the row."""
+        at = now()
+        stmt = self.db.insert(DocumentRow.__table__).values(
+            document_id=document_id,
+            file_id=file_id,
+            last_task_id=task_id,
+            owner=owner,
+            filename=filename,
+            tags=[],
+            status=DELETING,
+            indexed_chunks=0,
+            created_at=at,
+            updated_at=at,
+        )
         async with self.db.write() as s:
             await s.execute(
-                update(table)
-                .where(table.c.document_id == document_id)
-                .values(status=status, updated_at=now())
+                stmt.on_conflict_do_update(
+                    index_elements=["document_id"], set_={"status": DELETING, "updated_at": at}
+                )
             )
 
     async def file_in_use(self, file_id: str) -> bool:
