@@ -1,10 +1,12 @@
 """The worker process: opens the resources once, registers what the registry declares, runs,
 and shuts down cleanly on SIGINT / SIGTERM.
 
-Run with `python worker.py` or `knowledgeops worker`. With the embedded Qdrant (no QDRANT_URL)
-this process owns the index, so it also serves the HTTP API (`--no-api` to skip): embedded
-Qdrant admits one process per folder. With QDRANT_URL set, any number of workers and API
-processes run side by side.
+Run with `python worker.py` or `knowledgeops worker [--pool NAME ...]`. A worker runs every
+pool of work unless told otherwise (`--pool`, WORKER_POOLS; the pools are declared in the
+registry, knowledgeops/task_types.py POOLS). With the embedded Qdrant (no QDRANT_URL) the
+process of the pools that open the index owns it, so it also serves the HTTP API (`--no-api`
+to skip): embedded Qdrant admits one process per folder; a parse-pool worker opens no index and
+runs beside it. With QDRANT_URL set, any number of workers and API processes run side by side.
 """
 
 from __future__ import annotations
@@ -26,8 +28,16 @@ from knowledgeops import metrics, tracing
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
-from knowledgeops.settings import Settings, SettingsError, load_settings
-from knowledgeops.task_types import COMMON_ACTIVITY_CLASSES, REGISTRY, TaskQueue, load
+from knowledgeops.settings import Settings, SettingsError, load_settings, parse_pools
+from knowledgeops.task_types import (
+    COMMON_ACTIVITY_CLASSES,
+    POOLS,
+    REGISTRY,
+    Pool,
+    TaskQueue,
+    load,
+    pool_queues,
+)
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.http.serve import ApiServer
 from starter.processes import configure_logging, run_until_stopped, until_signal
@@ -65,38 +75,61 @@ def activity_methods(obj: object) -> dict[str, Callable[..., Any]]:
     return found
 
 
-def plan_queues(resources: Resources) -> dict[str, QueuePlan]:
-    """Per task queue, the workflows and activities of its implemented task types. Activity
-    classes are built once each, so types that share one (and its resources) share it."""
+def plan_queues(resources: Resources, pools: Sequence[Pool] = tuple(Pool)) -> dict[str, QueuePlan]:
+    """Per task queue of `pools`, the workflows and activities of its implemented task types.
+    Activity classes are built once each (and only for a queue served here), so types that
+    share one (and its resources) share it."""
+    served = pool_queues(pools)
     instances: dict[str, object] = {}
     plans: dict[str, QueuePlan] = {}
+
+    def plan_for(queue: TaskQueue) -> QueuePlan | None:
+        if queue not in served:
+            return None
+        return plans.setdefault(resources.settings.queue(queue.value), QueuePlan())
+
     for spec in REGISTRY.values():
         if spec.workflow_class is None:
             continue
-        plan = plans.setdefault(resources.settings.queue(spec.task_queue.value), QueuePlan())
-        workflow_cls = load(spec.workflow_class)
-        if workflow_cls not in plan.workflows:
-            plan.workflows.append(workflow_cls)
+        plan = plan_for(spec.task_queue)
+        if plan is not None:
+            workflow_cls = load(spec.workflow_class)
+            if workflow_cls not in plan.workflows:
+                plan.workflows.append(workflow_cls)
         for path in (*COMMON_ACTIVITY_CLASSES, *spec.activity_classes):
-            if path not in instances:
-                instances[path] = load(path)(resources)
-            for name, method in activity_methods(instances[path]).items():
+            for name in _activity_names(path):
                 # On the type's own queue too when the activity has a queue of its own: its
                 # workflows run it there as a local activity for a small document.
-                plan.activities[name] = method
                 own = spec.activities.get(name)
-                if own is not None and own.task_queue is not None:
+                other = plan_for(own.task_queue) if own and own.task_queue else None
+                if plan is None and other is None:
+                    continue
+                if path not in instances:
+                    instances[path] = load(path)(resources)
+                method = activity_methods(instances[path])[name]
+                if plan is not None:
+                    plan.activities[name] = method
+                if other is not None and own is not None and own.task_queue is not None:
                     capacity = QUEUE_CAPACITY.get(own.task_queue)
-                    other = plans.setdefault(
-                        resources.settings.queue(own.task_queue.value), QueuePlan()
-                    )
                     other.activities[name] = method
                     other.max_activities = capacity(resources.settings) if capacity else None
     return plans
 
 
-def build_workers(client: Client, resources: Resources) -> Sequence[Worker]:
-    """One worker per task queue that has implemented task types."""
+def _activity_names(path: str) -> list[str]:
+    """The activity names a class (by import path) defines, without building it."""
+    found = []
+    for _, member in inspect.getmembers(load(path), inspect.isfunction):
+        definition = getattr(member, "__temporal_activity_definition", None)
+        if definition is not None:
+            found.append(definition.name)
+    return found
+
+
+def build_workers(
+    client: Client, resources: Resources, pools: Sequence[Pool] = tuple(Pool)
+) -> Sequence[Worker]:
+    """One worker per task queue of `pools` that has implemented task types."""
     return [
         Worker(
             client,
@@ -111,8 +144,12 @@ def build_workers(client: Client, resources: Resources) -> Sequence[Worker]:
                 seconds=resources.settings.worker_shutdown_grace_seconds
             ),
         )
-        for queue, plan in plan_queues(resources).items()
+        for queue, plan in plan_queues(resources, pools).items()
     ]
+
+
+def opens_index(pools: Sequence[Pool]) -> bool:
+    return any(POOLS[p].opens_index for p in pools)
 
 
 async def run_worker(
@@ -121,22 +158,30 @@ async def run_worker(
     *,
     serve_api: bool,
     on_ready: Callable[[], None] | None = None,
+    pools: Sequence[Pool] | None = None,
 ) -> None:
-    """Workers (and the API, when this process owns the embedded index) until `stop`."""
+    """Workers of `pools` (None: WORKER_POOLS; every pool unless set), and the API when this
+    process owns the embedded index, until `stop`."""
+    pools = list(pools) if pools is not None else parse_pools(settings.worker_pools.split(","))
     client = await connect(settings, sdk_metrics=True)
     await ensure_search_attributes(client, settings.temporal_namespace)
     await ensure_schedules(client, settings)
-    async with open_resources(settings) as resources:
+    index = opens_index(pools)
+    # A parse-only worker needs neither the index nor the model: no lock, no model processes.
+    async with open_resources(settings, index=index, warm_up=index) as resources:
         api = None
-        if serve_api:
+        if serve_api and index:
             # Before the workers: a port in use stops start-up before any task is taken.
             # Its own client: requests fail fast (503) while the workers' client keeps retrying.
             api = ApiServer(await connect(settings, fail_fast=True), resources, stop)
-        workers = build_workers(client, resources)
+        workers = build_workers(client, resources, pools)
         tasks = [asyncio.create_task(w.run()) for w in workers]
-        # What operators do in Temporal's Web UI / CLI shows up in our events and audit log.
-        reconciler = OperatorActions(client, settings, resources.db)
-        tasks.append(asyncio.create_task(reconciler.run(stop)))
+        if Pool.MAINTENANCE in pools:
+            # What operators do in Temporal's Web UI / CLI shows up in our events and audit
+            # log (one pool's job, so a deployment of many workers does it once per worker
+            # of that pool, not in every process).
+            reconciler = OperatorActions(client, settings, resources.db)
+            tasks.append(asyncio.create_task(reconciler.run(stop)))
         if api is not None:
             tasks += api.start()
         elif settings.metrics_address:
@@ -158,23 +203,37 @@ async def run_worker(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="worker.py", description=__doc__)
     parser.add_argument("--no-api", action="store_true", help="do not serve the HTTP API")
+    parser.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run this pool of work (repeatable; default: WORKER_POOLS, else every pool): "
+        + ", ".join(f"{p.value} ({POOLS[p].description})" for p in Pool),
+    )
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
+        pools = parse_pools(args.pool or settings.worker_pools.split(","))
     except SettingsError as e:
         print(e)
         return 2
+    except ValueError as e:
+        print(f"Invalid --pool: {e}")
+        return 2
     configure_logging(settings)
-    serve = not settings.qdrant_url and not args.no_api
+    serve = not settings.qdrant_url and not args.no_api and opens_index(pools)
     try:
         return until_signal(
             lambda stop: run_worker(
                 settings,
                 stop,
                 serve_api=serve,
+                pools=pools,
                 on_ready=lambda: log.info(
-                    "worker ready on %s%s",
+                    "worker ready on %s (pools: %s)%s",
                     settings.temporal_address,
+                    ", ".join(p.value for p in pools),
                     f"; API on {settings.resolved_api_url}" if serve else "",
                 ),
             )

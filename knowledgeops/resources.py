@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from knowledgeops.chat import ChatModel, make_chat_model
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder, OnWait, make_embedder
-from knowledgeops.index.live import LiveIndex, live_index, nearest
+from knowledgeops.index.live import LiveIndex, live_index, nearest, read_live_index
 from knowledgeops.index.opening import open_index_migrating
 from knowledgeops.index.points import Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
@@ -22,11 +22,17 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 
 
+class IndexNotOpenError(RuntimeError):
+    """An activity that needs the index ran in a worker whose pools do not open it."""
+
+
 @dataclass
 class Resources:
     settings: Settings
     db: Database
-    store: VectorIndex
+    # None in a worker of pools that never touch the index (the parse pool): the embedded
+    # index admits one process, and that is the ingest pool's.
+    index: VectorIndex | None
     embedder: Embedder
     # None: no CHAT_MODEL / VISION_MODEL configured (the AI types use their local methods).
     chat: ChatModel | None = None
@@ -38,8 +44,21 @@ class Resources:
     # live index built with one); closed with the resources.
     others: dict[str, Embedder] = field(default_factory=dict)
 
+    @property
+    def store(self) -> VectorIndex:
+        if self.index is None:
+            raise IndexNotOpenError(
+                "this worker's pools do not open the index (see WORKER_POOLS / --pool); an "
+                "activity that needs it must run on a queue of the ingest, ai or maintenance pool"
+            )
+        return self.index
+
     async def live_index(self) -> LiveIndex:
         """The index search answers from (its collection, model and chunking)."""
+        if self.index is None:
+            # A parse worker beside the embedded index's owner: the chunking to split with is
+            # in the index's files, readable without opening it.
+            return read_live_index(self.settings, self.embedder.model_id)
         return await live_index(self.store, self.embedder.model_id)
 
     async def nearest(
@@ -89,14 +108,21 @@ class Resources:
 
 
 @contextlib.asynccontextmanager
-async def open_resources(settings: Settings, *, warm_up: bool = True) -> AsyncIterator[Resources]:
-    """Database (migrated), vector index (an earlier version's moved in), embedder and chat
-    models; closed in reverse on exit."""
+async def open_resources(
+    settings: Settings, *, warm_up: bool = True, index: bool = True
+) -> AsyncIterator[Resources]:
+    """Database (migrated), vector index (an earlier version's moved in; `index=False`: not
+    opened), embedder and chat models; closed in reverse on exit."""
     async with contextlib.AsyncExitStack() as stack:
         db = await Database.open(settings)
         stack.push_async_callback(db.close)
-        store = await open_index_migrating(settings, db)
-        stack.callback(store.close)
+        # A Qdrant server's client is opened anyway: it holds no lock, and it is how a worker
+        # that does not own an index reads the live index's settings.
+        opened = index or bool(settings.qdrant_url)
+        store = await open_index_migrating(settings, db) if opened else None
+        if store is not None:
+            stack.callback(store.close)
+        # Made, not started: the local model's processes start on first use (or warm-up).
         embedder = make_embedder(settings)
         stack.push_async_callback(embedder.aclose)
         if warm_up:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from knowledgeops.task_spec import Pool
 
 
 class Settings(BaseSettings):
@@ -100,6 +103,9 @@ class Settings(BaseSettings):
     # a model server, the index), so slots are cheap; too few and a small document's next step
     # waits for a bulk import's activity to finish before it even starts (fair scheduling).
     worker_max_activities: int = Field(default=32, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
+    # The pools a worker process runs (comma-separated; empty: every pool): parse, ingest, ai,
+    # maintenance (knowledgeops/task_types.py POOLS). `knowledgeops worker --pool` overrides.
+    worker_pools: str = Field(default="", alias="WORKER_POOLS")
     # On SIGTERM a worker stops taking work and gives running activities this long to finish;
     # then they are cancelled, keep their last heartbeat's checkpoint, and are retried at once
     # on another worker, which resumes from it (a deploy loses no work).
@@ -188,6 +194,12 @@ class Settings(BaseSettings):
         size = data.get("chunk_tokens", 512)
         if v >= size:
             raise ValueError(f"must be smaller than CHUNK_TOKENS ({size})")
+        return v
+
+    @field_validator("worker_pools")
+    @classmethod
+    def _known_pools(cls, v: str) -> str:
+        parse_pools(v.split(","))
         return v
 
     @field_validator("api_tokens")
@@ -409,6 +421,19 @@ def webhook_key(secret: str) -> bytes:
             "random bytes (whsec_ + base64 of 32 random bytes)"
         )
     return key
+
+
+def parse_pools(names: Sequence[str]) -> list[Pool]:
+    """Pools by name (blank names skipped; none: every pool), or ValueError naming the
+    unknown ones and the known ones."""
+    wanted = [n.strip() for n in names if n.strip()]
+    unknown = [n for n in wanted if n not in {p.value for p in Pool}]
+    if unknown:
+        raise ValueError(
+            f"unknown pool(s) {', '.join(unknown)}; the pools are "
+            + ", ".join(p.value for p in Pool)
+        )
+    return [Pool(n) for n in dict.fromkeys(wanted)] or list(Pool)
 
 
 class SettingsError(RuntimeError):

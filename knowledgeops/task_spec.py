@@ -71,6 +71,24 @@ class TaskQueue(StrEnum):
     PARSE = "knowledgeops-parse"
 
 
+class Pool(StrEnum):
+    """A kind of work a worker process can be started for (`knowledgeops worker --pool`)."""
+
+    PARSE = "parse"
+    INGEST = "ingest"
+    AI = "ai"
+    MAINTENANCE = "maintenance"
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    queues: tuple[TaskQueue, ...]
+    description: str
+    # Its activities read or write the index: a worker of it opens the index (the embedded
+    # one admits one process), and the embedding model.
+    opens_index: bool = True
+
+
 # Temporal priority key of small documents' imports (1 = first; unset = 3). Their steps run as
 # local activities (workflows/document_import.py), so they never queue behind a bulk import.
 EXPRESS_PRIORITY = 1

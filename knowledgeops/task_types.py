@@ -18,7 +18,7 @@ all read, so it must not pull in any of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS
@@ -30,6 +30,8 @@ from knowledgeops.task_spec import (
     SEARCH_ATTRIBUTES,
     TASK_TYPE_SEARCH_ATTRIBUTE,
     ActivityOptions,
+    Pool,
+    PoolSpec,
     TaskQueue,
     TaskSpec,
     TaskType,
@@ -46,6 +48,7 @@ __all__ = [
     "OWNER_SEARCH_ATTRIBUTE",
     "SEARCH_ATTRIBUTES",
     "TASK_TYPE_SEARCH_ATTRIBUTE",
+    "Pool",
     "TaskQueue",
     "TaskSpec",
     "TaskType",
@@ -67,6 +70,35 @@ COMMON_ACTIVITY_CLASSES = ("activities.events:EventActivities",)
 REGISTRY: dict[TaskType, TaskSpec] = {
     spec.task_type: spec for spec in [*ingest.SPECS, *ai.SPECS, *maintenance.SPECS]
 }
+
+# The kinds of work a worker process runs (`knowledgeops worker --pool NAME`, WORKER_POOLS;
+# every pool by default). A pool is the task queues of one resource profile, so each scales
+# on its own: parsers on CPU, the index's owner on memory, model callers on connections.
+POOLS: dict[Pool, PoolSpec] = {
+    Pool.PARSE: PoolSpec(
+        (TaskQueue.PARSE,),
+        "parse and chunk bigger files in parser subprocesses (CPU-bound, untrusted input); "
+        "opens neither the index nor the embedding model",
+        opens_index=False,
+    ),
+    Pool.INGEST: PoolSpec(
+        (TaskQueue.INGEST,),
+        "import, delete, OCR, embedding and indexing workflows; embed, upsert, publish (and a "
+        "small document's parse, as local activities); owns the embedded index",
+    ),
+    Pool.AI: PoolSpec(
+        (TaskQueue.AI, TaskQueue.AGENTS),
+        "artifacts, analysis, review cards, vision and agents: model calls, index searches",
+    ),
+    Pool.MAINTENANCE: PoolSpec(
+        (TaskQueue.MAINTENANCE,),
+        "backup, cleanup and reports; also records what operators do in Temporal",
+    ),
+}
+
+
+def pool_queues(pools: Sequence[Pool]) -> set[TaskQueue]:
+    return {q for pool in pools for q in POOLS[pool].queues}
 
 
 class TaskNotImplementedError(LookupError):

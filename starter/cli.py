@@ -29,6 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("api", help="only the HTTP API (needs QDRANT_URL or a free local index)")
     w = sub.add_parser("worker", help="a worker against TEMPORAL_ADDRESS")
     w.add_argument("--no-api", action="store_true", help="do not serve the HTTP API")
+    w.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run this pool of work (repeatable; default WORKER_POOLS, else all): parse, "
+        "ingest, ai, maintenance",
+    )
 
     i = sub.add_parser("import", help="store files and start one import per file")
     i.add_argument("paths", nargs="+", type=Path)
@@ -165,7 +173,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.command == "api":
             return processes.run_api(settings)
         if args.command == "worker":
-            return processes.run_worker(settings, *(["--no-api"] if args.no_api else []))
+            extra = ["--no-api"] if args.no_api else []
+            return processes.run_worker(settings, *extra, *(f"--pool={p}" for p in args.pool))
         return asyncio.run(_client_command(args, settings))
     except KeyboardInterrupt:
         return 130

@@ -237,10 +237,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
 _OUR_VARS = tuple(f.alias for f in Settings.model_fields.values() if f.alias)
 
 
-def start_worker_process(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+def start_worker_process(settings: Settings, log: Path, *args: str) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")],
+            [sys.executable, str(ROOT / "worker.py"), *args],
             cwd=ROOT,
             env=settings_env(settings),
             stdout=out,
@@ -257,6 +257,28 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> int:
             proc.kill()
             proc.wait()
     return proc.returncode
+
+
+@asynccontextmanager
+async def worker_serving_api(
+    cfg: Settings, log: Path, *args: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A worker subprocess serving the API, once it answers; stopped cleanly after."""
+    worker = start_worker_process(cfg, log, *args)
+    api = f"http://127.0.0.1:{cfg.api_port}"
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+
+            async def healthz() -> int:
+                try:
+                    return (await http.get(f"{api}/healthz")).status_code
+                except httpx.TransportError:
+                    return 0  # not listening yet
+
+            await eventually(healthz, lambda code: code == 200, timeout=60, what=f"{api}/healthz")
+            yield http, api
+    finally:
+        assert stop_process(worker) == 0
 
 
 @dataclass

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import SEARCH_ATTRIBUTES
+from knowledgeops.task_types import SEARCH_ATTRIBUTES, Pool
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -39,7 +39,7 @@ def test_the_stack_has_every_service_pinned_and_on_loopback() -> None:
         "temporal-ui",
         "qdrant",
         "api",
-        "worker",
+        *(f"worker-{pool.value}" for pool in Pool),
     }
     for name, service in services.items():
         image = service.get("image", "")
@@ -64,7 +64,7 @@ def test_no_password_is_written_down_and_every_variable_is_documented() -> None:
 def test_the_applications_environment_names_real_settings() -> None:
     services = _compose()["services"]
     aliases = {f.alias for f in Settings.model_fields.values() if f.alias}
-    for name in ("api", "worker"):
+    for name in ("api", *(f"worker-{pool.value}" for pool in Pool)):
         unknown = set(services[name]["environment"]) - aliases
         assert unknown == set(), f"{name} sets what no setting reads: {unknown}"
         assert services[name]["environment"]["QDRANT_URL"]  # a server, not the embedded index
@@ -83,7 +83,10 @@ def test_the_image_is_non_root_with_dependencies_in_their_own_layer() -> None:
     deps = next(i for i, line in enumerate(lines) if "requirements.txt" in line)
     code = next(i for i, line in enumerate(lines) if line.startswith("COPY knowledgeops"))
     assert deps < code, "dependencies must be installed before the code is copied"
-    assert "pip install" not in " ".join(_compose()["services"]["worker"]["command"])
+    for pool in Pool:
+        command = _compose()["services"][f"worker-{pool.value}"]["command"]
+        assert "pip install" not in " ".join(command)
+        assert command[-2:] == ["--pool", pool.value]
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")

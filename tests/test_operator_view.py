@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from knowledgeops.contracts.document_import import DocumentMetadata
@@ -29,6 +26,7 @@ from tests.conftest import (
     running_env,
     start_worker_process,
     stop_process,
+    worker_serving_api,
 )
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.helpers import eventually
@@ -116,7 +114,7 @@ async def test_metrics_count_an_import_its_embeddings_and_the_api_requests(
     sdk_address = f"127.0.0.1:{free_port()}"
     cfg = openai_settings(settings, fake_openai, temporal_metrics_address=sdk_address)
     log = tmp_path / "worker.log"
-    async with _worker_serving_api(cfg, log) as (http, api):
+    async with worker_serving_api(cfg, log) as (http, api):
         async with running_env(cfg, worker=False) as env:
             ref = await env.documents.import_file(EXAMPLES / "temporal-retries.md")
             status = await env.service.wait(ref.task_id, timeout=60)
@@ -203,7 +201,7 @@ async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activiti
     with _Collector() as collector:
         cfg = openai_settings(settings, fake_openai, otel_exporter_otlp_endpoint=collector.url)
         # The worker's clean stop at the end of the block flushes the spans still buffered.
-        async with _worker_serving_api(cfg, tmp_path / "worker.log") as (http, api):
+        async with worker_serving_api(cfg, tmp_path / "worker.log") as (http, api):
             note = EXAMPLES / "spaced-repetition.txt"
             answer = await http.post(
                 f"{api}/v1/documents",
@@ -223,25 +221,3 @@ async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activiti
     steps = ("parse_document", "chunk_document", "embed_chunks", "upsert_chunks")
     assert {"StartWorkflow:DocumentImport", "RunWorkflow:DocumentImport"} <= names, names
     assert {f"RunActivity:{step}" for step in steps} <= names, names
-
-
-@asynccontextmanager
-async def _worker_serving_api(
-    cfg: Settings, log: Path
-) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
-    """A worker subprocess serving the API, once it answers; stopped cleanly after."""
-    worker = start_worker_process(cfg, log)
-    api = f"http://127.0.0.1:{cfg.api_port}"
-    try:
-        async with httpx.AsyncClient(timeout=10) as http:
-
-            async def healthz() -> int:
-                try:
-                    return (await http.get(f"{api}/healthz")).status_code
-                except httpx.TransportError:
-                    return 0  # not listening yet
-
-            await eventually(healthz, lambda code: code == 200, timeout=60, what=f"{api}/healthz")
-            yield http, api
-    finally:
-        assert stop_process(worker) == 0

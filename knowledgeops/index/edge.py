@@ -359,6 +359,20 @@ class EdgeEngine(Engine):
             self._lock_file = None
 
 
+def read_alias(root: Path, alias: str) -> tuple[str, dict[str, Any]] | None:
+    """The collection an alias names and its metadata, read from the files of an embedded
+    index another process has open (both are replaced atomically, so never read half
+    written): what a worker that does not own the index needs of it. None: no such alias."""
+    try:
+        name = json.loads((root / "aliases.json").read_text()).get(alias)
+        if name is None:
+            return None
+        meta = json.loads((root / "collections" / name / META).read_text())
+    except FileNotFoundError:
+        return None
+    return str(name), dict(meta.get("metadata") or {})
+
+
 def _undersampled(request: QueryRequest, partitions: int) -> QueryRequest:
     """Each partition asked for fewer than the whole query's limit: how many of the best
     `limit` one partition holds is binomial (points are spread by a hash of their id), so the

@@ -22,6 +22,7 @@ from knowledgeops.index import bm25
 from knowledgeops.index.points import INDEX_PREFIX, Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker, RerankError
+from knowledgeops.settings import Settings
 from knowledgeops.stores.chunk_store import index_text_of
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,17 @@ async def aliased_index(index: VectorIndex) -> tuple[str, dict[str, Any]] | None
 async def live_index(index: VectorIndex, default_model: str) -> LiveIndex:
     """The live index (read on every call: a switch is seen at once by every process)."""
     found = await aliased_index(index)
+    if found is None:
+        return LiveIndex(VectorIndex.collection_name(default_model), default_model)
+    return index_of(*found, default_model=default_model)
+
+
+def read_live_index(settings: Settings, default_model: str) -> LiveIndex:
+    """The live index of the embedded index at INDEX_PATH, read from its files without opening
+    it (another process owns it)."""
+    from knowledgeops.index.edge import read_alias
+
+    found = read_alias(settings.index_path, LIVE_ALIAS)
     if found is None:
         return LiveIndex(VectorIndex.collection_name(default_model), default_model)
     return index_of(*found, default_model=default_model)

@@ -1,0 +1,126 @@
+"""Worker pools: processes started for different kinds of work (`worker.py --pool NAME`),
+sharing only Temporal, the app database and the stored files, import documents together; the
+one that owns the embedded index is the only one that opens it; killing the parse worker
+mid-parse loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client
+
+from knowledgeops.settings import Settings
+from tests.conftest import (
+    EXAMPLES,
+    ROOT,
+    openai_settings,
+    running_env,
+    settings_env,
+    start_worker_process,
+    stop_process,
+    worker_serving_api,
+)
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import eventually, numbered_paragraphs
+
+INDEX_POOLS = ("--pool", "ingest", "--pool", "ai", "--pool", "maintenance")
+
+
+def test_an_unknown_pool_stops_start_up_naming_it(settings: Settings) -> None:
+    def start(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "worker.py"), *args],
+            cwd=ROOT,
+            env=settings_env(settings) | env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    flag = start("--pool", "parse", "--pool", "indexing")
+    assert flag.returncode == 2
+    assert "--pool" in flag.stdout and "unknown pool(s) indexing" in flag.stdout
+    assert "parse, ingest, ai, maintenance" in flag.stdout
+    setting = start(WORKER_POOLS="ingest,gpu")
+    assert setting.returncode == 2 and "WORKER_POOLS" in setting.stdout, setting.stdout
+    assert "unknown pool(s) gpu" in setting.stdout
+
+
+async def _workers_of(client: Client, task_id: str) -> dict[str, set[int]]:
+    """Activity name -> process ids of the workers that started it (from the identity each
+    worker gives Temporal, `knowledgeops:<pid>@<host>`)."""
+    names: dict[int, str] = {}
+    out: dict[str, set[int]] = {}
+    async for e in client.get_workflow_handle(task_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            a = e.activity_task_started_event_attributes
+            pid = int(a.identity.rpartition(":")[2].partition("@")[0])
+            out.setdefault(names[a.scheduled_event_id], set()).add(pid)
+    return out
+
+
+async def test_a_parse_worker_and_an_index_worker_import_together(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    # Every parse through the parse queue (no small documents' local steps).
+    cfg = openai_settings(settings, fake_openai, small_document_bytes=0)
+    parse_log = tmp_path / "parse.log"
+    # The parse worker first: had it opened the embedded index, the other could not start.
+    parser = start_worker_process(cfg, parse_log, "--pool", "parse")
+    big = tmp_path / "big.txt"
+    big.write_text(numbered_paragraphs(3000, words=60))  # ~1.3 MB: a parse of seconds
+    try:
+        await eventually(
+            lambda: asyncio.to_thread(parse_log.read_text),
+            lambda text: "worker ready" in text,
+            timeout=60,
+            what="the parse worker's start",
+        )
+        assert "API on" not in parse_log.read_text()
+        async with (
+            worker_serving_api(cfg, tmp_path / "index.log", *INDEX_POOLS) as (http, api),
+            running_env(cfg, worker=False) as env,
+        ):
+            refs = [
+                await env.documents.import_file(EXAMPLES / name)
+                for name in ("spaced-repetition.txt", "temporal-retries.md")
+            ]
+            for ref in refs:
+                st = await env.service.wait(ref.task_id, timeout=90)
+                assert st.status == "completed", st.last_error
+                steps = await _workers_of(env.client, ref.task_id)
+                assert steps["parse_document"] == {parser.pid}
+                assert parser.pid not in steps["embed_chunks"]
+
+            # Killed mid-parse: the parse is retried on the next parse worker; nothing lost.
+            ref = await env.documents.import_file(big, document_id="big")
+
+            async def parsing() -> str | None:
+                """The parse-queue step the import is running now, if any."""
+                desc = await env.client.get_workflow_handle(ref.task_id).describe()
+                for p in desc.raw_description.pending_activities:
+                    running = p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                    if running and p.activity_type.name in ("parse_document", "chunk_document"):
+                        return str(p.activity_type.name)
+                return None
+
+            step = await eventually(parsing, bool, timeout=60, what="the big file's parse")
+            parser.send_signal(signal.SIGKILL)
+            parser.wait()
+            parser = start_worker_process(cfg, parse_log, "--pool", "parse")
+            st = await env.service.wait(ref.task_id, timeout=150)
+            assert st.status == "completed", st.last_error
+            # The step the killed worker was running ended on the next one.
+            assert parser.pid in (await _workers_of(env.client, ref.task_id))[str(step)]
+            chunks = st.result["total_chunks"]  # type: ignore[index]
+            detail = (await http.get(f"{api}/v1/documents/big")).json()
+            assert detail["indexed_chunks"] == detail["points_in_index"] == chunks > 0
+    finally:
+        stop_process(parser)
