@@ -38,6 +38,16 @@ async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
         await db.close()
 
 
+@asynccontextmanager
+async def task_follower(settings: Settings) -> AsyncIterator[TaskQueueService]:
+    """A TaskQueueService for reading tasks only: Temporal, no database (a CLI on another
+    machine than the server has none of its own to open)."""
+    from knowledgeops.temporal import connect
+    from starter.service import TaskQueueService
+
+    yield TaskQueueService(await connect(settings), settings)
+
+
 async def follow_and_report(
     service: TaskQueueService, tasks: list[tuple[str, str]], *, quiet: bool
 ) -> int:

@@ -13,15 +13,23 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.settings import Settings
-from starter.cli_common import actor, follow_and_report, print_status, task_service
+from starter.cli_common import (
+    actor,
+    follow_and_report,
+    print_status,
+    task_follower,
+    task_service,
+)
+from starter.cli_upload import UploadRefusedError, api_answers, upload_files
 from starter.document_chunks import ChunkPage, check_page
-from starter.documents import DeleteAccepted, DocumentDetail, DocumentService
+from starter.documents import DeleteAccepted, DocumentDetail, DocumentService, ImportRef
 from starter.search import SearchHit
 
 _NOBODY = object()  # no process serves the API: open the index here
@@ -87,6 +95,14 @@ async def _import(args: argparse.Namespace, settings: Settings) -> int:
         tags=[t.strip() for t in args.tags.split(",") if t.strip()],
         owner=args.owner,
     )
+    if await api_answers(settings):
+        return await _import_through_api(args, settings, meta)
+    # Nobody serves the API: store the files here, where the workers must see them too.
+    print(
+        f"note: no API answers at {settings.resolved_api_url}; storing the files in "
+        f"{settings.files_dir}, which every worker must share",
+        file=sys.stderr,
+    )
     async with _document_service(settings, with_index=False) as documents:
         refs = []
         for path in args.paths:
@@ -100,6 +116,32 @@ async def _import(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         tasks = [(str(p), r.task_id) for p, r in refs]
         return await follow_and_report(documents.tasks, tasks, quiet=args.json)
+
+
+async def _import_through_api(
+    args: argparse.Namespace, settings: Settings, meta: DocumentMetadata
+) -> int:
+    def accepted(path: Path, ref: ImportRef) -> None:
+        if not args.json:
+            print(f"{ref.task_id}  {path}", flush=True)
+
+    results = await upload_files(
+        settings, args.paths, metadata=meta, document_id=args.document_id, on_accepted=accepted
+    )
+    refs = [(p, r) for p, r in results if isinstance(r, ImportRef)]
+    refused = [r for _, r in results if isinstance(r, UploadRefusedError)]
+    for e in refused:
+        print(f"error: {e}", file=sys.stderr)
+    code = 1 if refused else 0
+    if not args.follow:
+        if args.json:
+            print(json.dumps([r.model_dump(mode="json") for _, r in refs], indent=2))
+        return code
+    async with task_follower(settings) as service:
+        followed = await follow_and_report(
+            service, [(str(p), r.task_id) for p, r in refs], quiet=args.json
+        )
+    return code or followed
 
 
 async def _documents(args: argparse.Namespace, settings: Settings) -> int:

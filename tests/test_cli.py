@@ -85,10 +85,16 @@ def test_dev_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> None:
         assert any("temporal" in c.name() for c in children)
         assert any("worker" in c.cmdline() for c in children)
 
-        r = cli(["import", *map(str, sorted(EXAMPLES.iterdir())), "--follow", "--json"], environ)
+        # From a shell that does not have the server's data directory (another folder, as on
+        # another machine): the files are uploaded through the API, nothing is stored here.
+        elsewhere = environ | {"KNOWLEDGEOPS_DATA_DIR": str(tmp_path / "elsewhere")}
+        files = sorted(EXAMPLES.iterdir())
+        r = cli(["import", *map(str, files), "--follow", "--json"], elsewhere)
         assert r.returncode == 0, r.stderr
         statuses = json.loads(r.stdout)
-        assert [s["status"] for s in statuses] == ["completed"] * len(statuses)
+        assert [s["status"] for s in statuses] == ["completed"] * len(files)
+        assert not (tmp_path / "elsewhere").exists()
+        assert len(list((tmp_path / "data" / "files").iterdir())) == len(files)
 
         r = cli(
             ["search", "How do plants fix carbon dioxide in the Calvin cycle?", "--json"], environ
