@@ -28,7 +28,8 @@ from knowledgeops import metrics, tracing
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
-from knowledgeops.settings import Settings, SettingsError, load_settings, parse_pools
+from knowledgeops.setting_values import parse_pools
+from knowledgeops.settings import Settings, SettingsError, load_settings
 from knowledgeops.task_types import (
     COMMON_ACTIVITY_CLASSES,
     POOLS,

@@ -17,7 +17,7 @@ from knowledgeops.task_types import TaskType, spec_for
 from starter.cli_common import actor, follow_and_report, print_status, task_service
 
 if TYPE_CHECKING:
-    from starter.documents import ImportRef
+    from starter.document_models import ImportRef
     from starter.service import TaskQueueService
 
 

@@ -29,7 +29,8 @@ from starter.cli_common import (
 )
 from starter.cli_upload import UploadRefusedError, api_answers, upload_files
 from starter.document_chunks import ChunkPage, check_page
-from starter.documents import DeleteAccepted, DocumentDetail, DocumentService, ImportRef
+from starter.document_models import DeleteAccepted, DocumentDetail, ImportRef
+from starter.documents import DocumentService
 from starter.search import SearchHit
 
 _NOBODY = object()  # no process serves the API: open the index here

@@ -18,7 +18,7 @@ import httpx
 
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.settings import Settings
-from starter.documents import ImportRef
+from starter.document_models import ImportRef
 
 UPLOADS_AT_ONCE = 8
 # An upload of the largest file the API accepts (200 MB) over a slow link still finishes.

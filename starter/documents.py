@@ -10,8 +10,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from knowledgeops.contracts.document_delete import DELETING, DocumentDeletePayload
 from knowledgeops.contracts.document_import import (
     ChunkingOptions,
@@ -32,60 +30,18 @@ from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.document_chunks import ChunkPage
+from starter.document_models import (
+    DeleteAccepted,
+    Document,
+    DocumentBeingDeletedError,
+    DocumentDetail,
+    DocumentNotFoundError,
+    DocumentOwnedElsewhereError,
+    DocumentPage,
+    ImportRef,
+)
 from starter.service import TaskQueueService
 from starter.task_models import TaskFinishedError, TaskNotFoundError, TaskStatus
-
-
-class ImportRef(BaseModel):
-    task_id: str
-    run_id: str | None
-    document_id: str
-
-
-class Document(BaseModel):
-    document_id: str
-    title: str | None
-    filename: str
-    tags: list[str]
-    owner: str | None
-    status: str
-    indexed_chunks: int
-    last_task_id: str
-    error: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class DocumentDetail(Document):
-    task: TaskStatus | None
-    points_in_index: int
-
-
-class DocumentPage(BaseModel):
-    items: list[Document]
-    total: int
-
-
-class DeleteAccepted(BaseModel):
-    """A document's delete task: the document is hidden from search already; the task removes
-    it (its result says how many points went and whether its import was cancelled)."""
-
-    document_id: str
-    task_id: str
-    run_id: str | None = None
-
-
-class DocumentNotFoundError(LookupError):
-    pass
-
-
-class DocumentOwnedElsewhereError(RuntimeError):
-    """An owner-bound caller named a document id that another owner's document has (409)."""
-
-
-class DocumentBeingDeletedError(RuntimeError):
-    """An import of a document whose delete task has not finished yet (409 at the API)."""
-
 
 # Temporal priority keys (1 = first; unset = 3) of imports by file size.
 SMALL_IMPORT_PRIORITY, MEDIUM_IMPORT_PRIORITY, LARGE_IMPORT_PRIORITY = EXPRESS_PRIORITY, 2, 3

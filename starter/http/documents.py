@@ -14,7 +14,7 @@ from knowledgeops.errors import DocumentError, validation_text
 from knowledgeops.index.engine import IndexOutdatedError
 from knowledgeops.stores import file_store
 from starter.document_chunks import MAX_CHUNK_PAGE, ChunkPage
-from starter.documents import DeleteAccepted, DocumentDetail, DocumentPage
+from starter.document_models import DeleteAccepted, DocumentDetail, DocumentPage
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep

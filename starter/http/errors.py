@@ -16,7 +16,7 @@ from knowledgeops.task_types import TaskNotImplementedError
 from knowledgeops.temporal import is_unreachable
 from starter.admission import BacklogFullError
 from starter.document_chunks import ChunksNotPublishedError
-from starter.documents import (
+from starter.document_models import (
     DocumentBeingDeletedError,
     DocumentNotFoundError,
     DocumentOwnedElsewhereError,
