@@ -23,8 +23,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops import metrics, tracing
+from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules

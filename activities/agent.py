@@ -15,8 +15,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.agent_tools import SYSTEM_PROMPT, Scope, ToolError, Tools, arguments, schemas
 from activities.support import Heartbeater, bad_input
+from knowledgeops.agent_tools import SYSTEM_PROMPT, Scope, ToolError, Tools, arguments, schemas
 from knowledgeops.agent_transcript import (
     Transcript,
     TranscriptStore,

@@ -17,11 +17,11 @@ from typing import TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities import artifacts_render as render
 from activities.artifacts_model import GROUP_MODELS, ModelArtifacts
 from activities.map_reduce import WorkDir, chosen_model, map_groups, open_chunks, plan_task
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
+from knowledgeops import artifacts_render as render
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.artifacts import (
     DISCARD_ARTIFACT_WORK,

@@ -25,8 +25,8 @@ from pathlib import Path
 from sqlalchemy import select
 from temporalio import activity
 
-from activities import cleanup_backups
 from activities.support import Heartbeater, bad_input, resume_from
+from knowledgeops import cleanup_backups
 from knowledgeops.contracts.cleanup import (
     FIND_ORPHANS,
     REMOVE_ORPHANS,

@@ -11,8 +11,6 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.ingest.parse_runner import run_chunk, run_parse
-from activities.ingest.parser_process import ParserLimits
 from activities.support import Heartbeater, bad_input
 from knowledgeops.contracts.document_import import (
     CHUNK_DOCUMENT,
@@ -29,6 +27,8 @@ from knowledgeops.contracts.document_import import (
     VersionRequest,
 )
 from knowledgeops.errors import DocumentError
+from knowledgeops.ingest.parse_runner import run_chunk, run_parse
+from knowledgeops.ingest.parser_process import ParserLimits
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue

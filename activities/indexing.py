@@ -5,12 +5,6 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.ingest.indexing import (
-    DocumentFields,
-    VectorsMissingError,
-    embed_chunks,
-    upsert_chunks,
-)
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.contracts.document_import import (
     EMBED_CHUNKS,
@@ -30,6 +24,12 @@ from knowledgeops.contracts.indexing import (
 from knowledgeops.embedding import Embedder
 from knowledgeops.errors import EmbeddingRejectedError
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.ingest.indexing import (
+    DocumentFields,
+    VectorsMissingError,
+    embed_chunks,
+    upsert_chunks,
+)
 from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue

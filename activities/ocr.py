@@ -1,6 +1,6 @@
 """Activities of OCR_PROCESS: inspect the input (format, pages), then recognise page by page.
 
-Both run the OCR subprocess (activities/ocr_process.py): opening an untrusted image or PDF is
+Both run the OCR subprocess (knowledgeops/ocr/process.py): opening an untrusted image or PDF is
 already a risk. Recognition heartbeats a checkpoint after every stored page, so a retry after
 a crash or a killed worker starts at the next page.
 """
@@ -13,8 +13,6 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.ocr_process import OcrChildInput
-from activities.ocr_runner import OCR_MEMORY_MB, run_ocr_child
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.contracts.ocr import (
     INSPECT_OCR_INPUT,
@@ -26,6 +24,8 @@ from knowledgeops.contracts.ocr import (
     RecognizeResult,
 )
 from knowledgeops.errors import DocumentError
+from knowledgeops.ocr.process import OcrChildInput
+from knowledgeops.ocr.runner import OCR_MEMORY_MB, run_ocr_child
 from knowledgeops.resources import Resources
 from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrResults

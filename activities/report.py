@@ -38,7 +38,7 @@ from knowledgeops.stores.file_store import write_atomically as write_atomic
 from knowledgeops.stores.reports import ReportFiles
 
 if TYPE_CHECKING:
-    from activities.report_render import Draw
+    from knowledgeops.report_render import Draw
 
 DATA_FILE = "data.json"
 # matplotlib's drawing is not meant for concurrent use: one chart at a time per process.
@@ -95,7 +95,7 @@ class ReportActivities:
             )
         data = ReportData.model_validate_json(raw)
         # matplotlib (~30 MB) loads only in a worker that renders a report, not in every worker.
-        render = await asyncio.to_thread(importlib.import_module, "activities.report_render")
+        render = await asyncio.to_thread(importlib.import_module, "knowledgeops.report_render")
         charts_to_draw = render.CHARTS
         checkpoint = resume_from(
             RenderCheckpoint(total=len(charts_to_draw)), lambda cp: cp.total == len(charts_to_draw)

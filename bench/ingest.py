@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from activities.ingest.indexing import embed_chunks, upsert_chunks
-from activities.ingest.parse_runner import run_chunk, run_parse
 from bench.common import (
     MemorySampler,
     bench_settings,
@@ -44,6 +42,8 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.embedding import make_embedder
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.ingest.indexing import embed_chunks, upsert_chunks
+from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.chunk_store import ChunkReader, publish, sections_file
@@ -120,8 +120,8 @@ async def embedder_alone(settings: Settings) -> tuple[float, int]:
 
 def chunk_texts(path: Path, work: Path, settings: Settings) -> list[str]:
     """What the import embeds for `path` (its chunks' index texts), by the same chunker."""
-    from activities.ingest.chunking import chunk_sections
-    from activities.ingest.sections import extract_sections
+    from knowledgeops.ingest.chunking import chunk_sections
+    from knowledgeops.ingest.sections import extract_sections
 
     sections = work / "raw.sections.jsonl"
     extract_sections(path, path.name, "raw", sections)

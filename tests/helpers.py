@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from activities.ingest.parse_runner import run_chunk, run_parse
-from activities.ingest.parser_process import ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.ingest.parse_runner import run_chunk, run_parse
+from knowledgeops.ingest.parser_process import ParserLimits
 from knowledgeops.stores.chunk_store import publish, sections_file
 
 T = TypeVar("T")

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.ingest import parse_runner
-from activities.ingest.parse_runner import ParserFailedError
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
+from knowledgeops.ingest import parse_runner
+from knowledgeops.ingest.parse_runner import ParserFailedError
 from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY, TaskQueue, TaskType
 from starter.service import TaskQueueService
@@ -25,7 +25,7 @@ from tests.helpers import parse_into_chunks
 from worker import plan_queues
 
 try:
-    from activities.ingest.parser_process import ParserLimits
+    from knowledgeops.ingest.parser_process import ParserLimits
 except ImportError:  # the code before issue 11: each test using it then fails on its own
     ParserLimits = None  # type: ignore[assignment,misc]
 

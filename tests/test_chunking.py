@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from activities.ingest.chunking import (
+from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.errors import DocumentError
+from knowledgeops.ingest.chunking import (
     MIN_CHUNK_CHARACTERS,
     Splitters,
     chunk_sections,
     write_chunks,
 )
-from activities.ingest.parsing import Section
-from activities.ingest.sections import extract_sections
-from knowledgeops.contracts.document_import import ChunkingOptions
-from knowledgeops.errors import DocumentError
+from knowledgeops.ingest.parsing import Section
+from knowledgeops.ingest.sections import extract_sections
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader, ChunkWriter
 
 # Small chunks, so short test documents still split into several pieces.

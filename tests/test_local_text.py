@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import pytest
 
-from activities.ingest.chunking import chunk_sections
-from activities.ingest.sections import extract_sections
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.ingest.chunking import chunk_sections
+from knowledgeops.ingest.sections import extract_sections
 from knowledgeops.local import artifacts, review_cards
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.text.cloze import Cloze, cloze

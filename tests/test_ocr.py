@@ -17,9 +17,9 @@ import pytest
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 
-from activities.ocr_layout import reading_order
 from knowledgeops.contracts.ocr import OcrPayload
 from knowledgeops.formats import detect_format
+from knowledgeops.ocr.layout import reading_order
 from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.task_types import TaskType
@@ -118,7 +118,7 @@ def test_image_formats_are_detected_by_content(tmp_path: Path) -> None:
 def test_models_come_from_the_wheel_and_nothing_is_downloaded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from activities.ocr_process import make_engine, recognize_image
+    from knowledgeops.ocr.process import make_engine, recognize_image
 
     def no_network(*args: Any, **kwargs: Any) -> None:
         raise AssertionError(f"OCR tried to open a network connection: {args}")
@@ -211,7 +211,7 @@ def _ocr_children(marker: str) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
             continue
-        if "activities.ocr_process" in cmdline and marker in cmdline and '"recognize"' in cmdline:
+        if "knowledgeops.ocr.process" in cmdline and marker in cmdline and '"recognize"' in cmdline:
             found.append(int(pid))
     return found
 

@@ -1,4 +1,4 @@
-"""The warm parser pool (activities/ingest/parser_pool.py): real parser processes, reused
+"""The warm parser pool (knowledgeops/ingest/parser_pool.py): real parser processes, reused
 across jobs, and every way a job can end still handled as a fresh process handled it."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from activities.ingest import parse_runner
-from activities.ingest.parse_runner import ParserFailedError, run_chunk, run_parse
-from activities.ingest.parser_pool import ParserPool
-from activities.ingest.parser_process import ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
+from knowledgeops.ingest import parse_runner
+from knowledgeops.ingest.parse_runner import ParserFailedError, run_chunk, run_parse
+from knowledgeops.ingest.parser_pool import ParserPool
+from knowledgeops.ingest.parser_process import ParserLimits
 from tests.test_bounded_inputs import heavy_markdown
 
 OPTS = ChunkingOptions(chunk_tokens=64, overlap_tokens=8)
@@ -209,7 +209,7 @@ async def test_what_a_parser_prints_cannot_corrupt_the_answers(
 ) -> None:
     # The real parser process, with a parsing step that prints to stdout (as libraries do).
     chatty = (
-        "import sys; from activities.ingest import parser_process as p; real = p.handle; "
+        "import sys; from knowledgeops.ingest import parser_process as p; real = p.handle; "
         'p.handle = lambda r: (print(\'{"ok": "noise"}\'), real(r))[1]; '
         "sys.exit(p.main(sys.argv[1:]))"
     )

@@ -243,7 +243,7 @@ def test_page_without_main_content_falls_back_to_its_text(tmp_path: Path) -> Non
 def test_scans_and_images_go_to_ocr(tmp_path: Path) -> None:
     """The parse step marks what has no text layer for OCR (the import's OCR_PROCESS child):
     every page of a scan, only the blank page of a mixed PDF, all of an image."""
-    from activities.ingest.parse_runner import run_parse
+    from knowledgeops.ingest.parse_runner import run_parse
 
     def parsed(path: Path) -> object:
         return asyncio.run(run_parse(path, path.name, "doc1", tmp_path / f"{path.name}.s", 1024))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from knowledgeops.stores.chunk_store import Chunk
 from knowledgeops.text.sentences import sentences
 
-# How a chunk's heading path joins its headings (activities/ingest/parsing.py writes it).
+# How a chunk's heading path joins its headings (knowledgeops/ingest/parsing.py writes it).
 HEADING_SEPARATOR = " > "
 
 

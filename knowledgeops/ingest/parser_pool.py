@@ -1,4 +1,4 @@
-"""A pool of warm parser processes (`activities.ingest.parser_process --serve`).
+"""A pool of warm parser processes (`knowledgeops.ingest.parser_process --serve`).
 
 Starting a Python process with the parsing libraries costs ~0.24 s of CPU, more than parsing
 a one-chunk note. So parser processes are kept and reused, one per parse running at once
@@ -34,8 +34,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, Any
 
-from activities.ingest.parser_process import ParserInput
 from knowledgeops import metrics
+from knowledgeops.ingest.parser_process import ParserInput
 
 log = logging.getLogger("knowledgeops.parser")
 

@@ -1,12 +1,12 @@
-"""Warm parser process: `python -m activities.ingest.parser_process --serve --memory-mb N`.
+"""Warm parser process: `python -m knowledgeops.ingest.parser_process --serve --memory-mb N`.
 
 Everything that reads untrusted content runs here, not in the worker: the parse step (a file
-into text sections: activities/ingest/sections.py) and the chunk step (sections into chunks:
+into text sections: knowledgeops/ingest/sections.py) and the chunk step (sections into chunks:
 a hostile text can make splitting slow too). A file that crashes the PDF engine or eats
 memory or CPU kills this process (capped by RLIMIT_AS / RLIMIT_CPU), and the worker reports
-a clean error (activities/ingest/parse_runner.py).
+a clean error (knowledgeops/ingest/parse_runner.py).
 
-The process is started once and serves one job after another (activities/ingest/
+The process is started once and serves one job after another (knowledgeops/ingest/
 parser_pool.py keeps a few warm, so a small document does not pay for a process start): it
 reads one request per line (ParserInput JSON) on stdin and answers each with one JSON line,
 {"ok": result} or {"error": {"kind", "message"}}. It exits when stdin closes.
@@ -75,9 +75,9 @@ def limit_cpu(seconds: int) -> None:
 def handle(request: ParserInput) -> dict[str, Any]:
     """One job's answer. Any other exception ends the process (a traceback on stderr, a
     non-zero exit), which the worker reports as an unexpected parser failure."""
-    from activities.ingest.chunking import chunk_sections
-    from activities.ingest.sections import extract_sections
     from knowledgeops.errors import DocumentError
+    from knowledgeops.ingest.chunking import chunk_sections
+    from knowledgeops.ingest.sections import extract_sections
 
     try:
         result: dict[str, object]
@@ -134,7 +134,7 @@ def serve(memory_mb: int) -> int:
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     # Imported before the first job: that is what the warm process saves each document.
-    from activities.ingest import chunking, sections  # noqa: F401
+    from knowledgeops.ingest import chunking, sections  # noqa: F401
 
     while line := sys.stdin.buffer.readline():
         request = ParserInput.model_validate_json(line)

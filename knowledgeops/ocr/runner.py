@@ -1,4 +1,4 @@
-"""Run the OCR subprocess (activities.ocr_process) and interpret what it says.
+"""Run the OCR subprocess (knowledgeops.ocr.process) and interpret what it says.
 
 The child reports each page as soon as it is stored; `on_page` turns that into the heartbeat
 checkpoint. A child that dies mid-scan leaves every reported page stored, so a retry resumes
@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.ingest.parse_runner import parser_env, tail_of
-from activities.ocr_process import EXIT_DOCUMENT_ERROR, OcrChildInput
 from knowledgeops.errors import DocumentError
+from knowledgeops.ingest.parse_runner import parser_env, tail_of
+from knowledgeops.ocr.process import EXIT_DOCUMENT_ERROR, OcrChildInput
 from knowledgeops.stores.ocr_results import OcrResults
 
 log = logging.getLogger("knowledgeops.ocr")
 
-OCR_COMMAND = [sys.executable, "-m", "activities.ocr_process"]
+OCR_COMMAND = [sys.executable, "-m", "knowledgeops.ocr.process"]
 # Measured (bench/ocr.py, bench/results/ocr.txt): a child peaks at ~0.8 GB resident and
 # ~2.0 GB of address space (onnxruntime's threads and arenas reserve more than they touch) on
 # 2000-pixel pages; the cap leaves room above that and still stops a runaway page.

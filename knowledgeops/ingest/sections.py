@@ -14,11 +14,11 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from activities.ingest.parsing import Section, parse
 from knowledgeops.contracts.document_import import ParseResult
 from knowledgeops.contracts.ocr import IMAGE_FORMATS, MAX_LISTED_PAGES
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
+from knowledgeops.ingest.parsing import Section, parse
 from knowledgeops.stores.ocr_results import OcrResults
 
 

@@ -1,5 +1,5 @@
-"""Run the parse step and the chunk step in a warm parser process (activities/ingest/
-parser_pool.py, running activities.ingest.parser_process), and interpret its outcome."""
+"""Run the parse step and the chunk step in a warm parser process (knowledgeops/ingest/
+parser_pool.py, running knowledgeops.ingest.parser_process), and interpret its outcome."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.ingest.parser_pool import POOL, Outcome
-from activities.ingest.parser_process import ParserInput, ParserLimits
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
+from knowledgeops.ingest.parser_pool import POOL, Outcome
+from knowledgeops.ingest.parser_process import ParserInput, ParserLimits
 from knowledgeops.stores.chunk_store import remove_unfinished
 
 log = logging.getLogger("knowledgeops.parser")
 
 # How the parser is started (a module of this project, run by this interpreter). Read when a
 # process is started, so a test can swap it.
-PARSER_COMMAND = [sys.executable, "-m", "activities.ingest.parser_process"]
+PARSER_COMMAND = [sys.executable, "-m", "knowledgeops.ingest.parser_process"]
 # The project root, so the child finds its modules with no inherited environment.
 _ROOT = str(Path(__file__).resolve().parents[2])
 # The only variables a parser child gets: no secret (API keys, database URL, tokens) of the

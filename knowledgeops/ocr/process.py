@@ -1,4 +1,4 @@
-"""OCR subprocess: `python -m activities.ocr_process REQUEST_JSON`.
+"""OCR subprocess: `python -m knowledgeops.ocr.process REQUEST_JSON`.
 
 OCR of untrusted images runs here, not in the worker: a file that crashes the image decoder,
 the PDF engine or onnxruntime kills this process only, its memory is capped (RLIMIT_AS) and
@@ -224,7 +224,7 @@ def recognize_image(
     """(text, box, score) of every line of an RGB image, in reading order."""
     import numpy as np
 
-    from activities.ocr_layout import reading_order
+    from knowledgeops.ocr.layout import reading_order
 
     out = engine(np.asarray(image))
     if out.boxes is None or not out.txts:
