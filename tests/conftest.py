@@ -287,6 +287,14 @@ class Api:
     settings: Settings
     admin: dict[str, str]
 
+    async def upload(self, path: Path, **form: str) -> dict[str, Any]:
+        """Upload a file (202 expected); the API's answer."""
+        files = {"file": (path.name, await asyncio.to_thread(path.read_bytes))}
+        r = await self.http.post("/v1/documents", files=files, data=form)
+        assert r.status_code == 202, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
     async def wait_task(self, task_id: str, timeout: float = 90) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import zipfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
+
+from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
+from knowledgeops.settings import Settings
 from knowledgeops.stores.chunk_store import publish, sections_file
+from starter.http.app import create_app
+from starter.http.runtime import Runtime
 
 T = TypeVar("T")
 
@@ -116,3 +124,40 @@ async def parse_into_chunks(
     )  # fmt: skip
     publish(chunks_dir, "doc1", "v1")
     return Parsed(parsed.format, total, parsed.characters, parsed.pages, parsed.title)
+
+
+def heavy_markdown(path: Path, mb: int = 12) -> Path:
+    para = "## Section {i}\n\n" + "Words that the splitter must tokenize one by one. " * 40 + "\n\n"
+    with path.open("w") as f:
+        i = 0
+        while f.tell() < mb * 1024 * 1024:
+            f.write(para.format(i=i))
+            i += 1
+    return path
+
+
+def upload(path: Path, name: str | None = None, **form: str) -> dict[str, Any]:
+    """The keyword arguments of an httpx `post("/v1/documents", ...)` uploading `path` (as
+    `name` if given) with these form fields."""
+    return {"files": {"file": (name or path.name, path.read_bytes())}, "data": form}
+
+
+# Routes anyone may call: health and the API's own documentation.
+OPEN_ROUTES = {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+
+
+def app_routes(settings: Settings, *, fill: str | None = "doc-x") -> list[tuple[str, str]]:
+    """(method, path) of every route the application serves but the open ones, path
+    parameters filled in with `fill` (None: as templated): a route added later is checked
+    without anyone listing it in a test."""
+    app = create_app(cast(Runtime, SimpleNamespace(settings=settings)))
+    routes: list[Any] = list(app.routes)
+    found = []
+    while routes:
+        route = routes.pop(0)
+        # An included router (FastAPI wraps each one): its own routes carry their full paths.
+        routes += list(getattr(getattr(route, "original_router", None), "routes", []))
+        if isinstance(route, APIRoute | Route) and route.path not in OPEN_ROUTES:
+            path = route.path if fill is None else re.sub(r"\{[^}]+\}", fill, route.path)
+            found += [(m, path) for m in sorted(route.methods or ()) if m != "HEAD"]
+    return found

@@ -5,16 +5,12 @@ per-document import through POST /v1/tasks, the audit actor."""
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from fastapi.routing import APIRoute
 from sqlalchemy.exc import IntegrityError
-from starlette.routing import Route
 from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
@@ -25,19 +21,13 @@ from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
 from knowledgeops.temporal import connect
-from starter.http.app import create_app
-from starter.http.runtime import Runtime
 from starter.processes import serve_api_only
 from tests.conftest import API_TOKEN, EXAMPLES, running_api
-from tests.helpers import numbered_paragraphs
+from tests.helpers import app_routes, numbered_paragraphs, upload
 
 ALICE_TOKEN = "alice-token-0123456789"
 BOB_TOKEN = "bob-token-0123456789ab"
 OWNERS = f"{API_TOKEN}:tester,{ALICE_TOKEN}:alice-app:alice,{BOB_TOKEN}:bob-app:bob"
-
-
-def upload(path: Path, **form: str) -> dict[str, Any]:
-    return {"files": {"file": (path.name, path.read_bytes())}, "data": form}
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -46,26 +36,6 @@ def bearer(token: str) -> dict[str, str]:
 
 def code(r: Any) -> str:
     return str(r.json()["error"]["code"])
-
-
-# Routes anyone may call: health and the API's own documentation.
-OPEN_ROUTES = {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
-
-
-def app_routes(settings: Settings) -> list[tuple[str, str]]:
-    """(method, path) of every route the application serves, path parameters filled in: a
-    route added later is checked without anyone listing it here."""
-    app = create_app(cast(Runtime, SimpleNamespace(settings=settings)))
-    routes: list[Any] = list(app.routes)
-    found = []
-    while routes:
-        route = routes.pop(0)
-        # An included router (FastAPI wraps each one): its own routes carry their full paths.
-        routes += list(getattr(getattr(route, "original_router", None), "routes", []))
-        if isinstance(route, APIRoute | Route) and route.path not in OPEN_ROUTES:
-            path = re.sub(r"\{[^}]+\}", "doc-x", route.path)
-            found += [(m, path) for m in sorted(route.methods or ()) if m != "HEAD"]
-    return found
 
 
 async def test_public_routes_need_an_api_token(settings: Settings) -> None:

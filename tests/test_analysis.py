@@ -16,9 +16,9 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.task_types import TaskType
 from starter.task_models import PayloadInvalidError, TaskStatus
+from tests.ai_helpers import cited_chunks, group_requests, import_lesson
 from tests.conftest import Env, chat_settings, running_api, running_env
 from tests.fake_openai import ChatFault, FakeOpenAI, last_user_text, response_schema
-from tests.test_artifacts import cited_chunks, group_requests, import_lesson
 
 WAIT = 120.0
 QUESTION = "What does the forgetting curve describe?"

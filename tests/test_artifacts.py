@@ -19,6 +19,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.task_types import TaskType
 from starter.task_models import TaskStatus
+from tests.ai_helpers import LESSON, WAIT, cited_chunks, group_requests, import_lesson
 from tests.conftest import (
     Env,
     chat_settings,
@@ -27,56 +28,9 @@ from tests.conftest import (
     start_worker_process,
     stop_process,
 )
-from tests.fake_openai import ChatFault, FakeOpenAI, last_user_text, response_schema
+from tests.fake_openai import ChatFault, FakeOpenAI, response_schema
 
-WAIT = 120.0
 KINDS = ("summary", "outline", "glossary", "quiz", "mindmap")
-
-# A learning text with headings and recurring terms; with CHUNK_TOKENS=64 about 15 chunks.
-LESSON = """# Spaced repetition
-
-Spaced repetition is a learning technique that schedules reviews of material at increasing
-intervals. Each successful review pushes the next review interval further into the future.
-The forgetting curve describes how memory of new material decays quickly without review.
-
-## The forgetting curve
-
-Hermann Ebbinghaus measured the forgetting curve in the 1880s by memorising nonsense syllables.
-The forgetting curve drops steeply in the first day and then flattens over the following weeks.
-Every review resets the forgetting curve and makes the following decline slower than before.
-
-## Active recall
-
-Active recall means retrieving an answer from memory instead of rereading the material.
-Active recall strengthens memory more than passive review because retrieval itself is practice.
-Flashcards combine active recall with spaced repetition when each card has its own interval.
-
-## Review intervals
-
-A review interval is the time between two reviews of the same card. Algorithms such as SM-2 and
-FSRS compute the next review interval from the difficulty and the stability of a memory.
-A card answered easily gets a longer review interval; a card forgotten starts again with a
-short review interval. The stability of a memory grows with every successful review.
-
-## Practical advice
-
-Study a little every day rather than cramming before an exam. Keep each flashcard small and
-focused on one idea. Mix old and new cards so that spaced repetition and active recall work
-together, and trust the schedule even when a review interval feels long.
-"""
-
-
-def lesson(tmp_path: Path) -> Path:
-    path = tmp_path / "spaced-repetition-lesson.md"
-    path.write_text(LESSON, encoding="utf-8")
-    return path
-
-
-async def import_lesson(env: Env, tmp_path: Path) -> str:
-    ref = await env.documents.import_file(lesson(tmp_path))
-    st = await env.service.wait(ref.task_id, timeout=WAIT)
-    assert st.status == "completed", st.last_error
-    return ref.document_id
 
 
 async def generate(env: Env, document_id: str, kind: str, **payload: Any) -> TaskStatus:
@@ -84,10 +38,6 @@ async def generate(env: Env, document_id: str, kind: str, **payload: Any) -> Tas
         TaskType.GENERATE_ARTIFACT, {"document_id": document_id, "kind": kind, **payload}
     )
     return await env.service.wait(ref.task_id, timeout=WAIT)
-
-
-def cited_chunks(body: dict[str, Any]) -> list[int]:
-    return [int(n) for n in re.findall(r"\[chunk (\d+)\]", last_user_text(body))]
 
 
 def teacher(body: dict[str, Any]) -> dict[str, Any]:
@@ -113,15 +63,6 @@ def teacher(body: dict[str, Any]) -> dict[str, Any]:
         "central_topic": "Spaced repetition",
         "branches": [{"topic": f"Branch {first}", "points": ["p1", "p2"], "chunk": first}],
     }
-
-
-def group_requests(fake: FakeOpenAI) -> list[tuple[int, ...]]:
-    """The chunk sets of the answered per-group requests (merge requests cite no passages)."""
-    return [
-        tuple(cited_chunks(b))
-        for b in fake.chat_answered
-        if "[chunk" in last_user_text(b) and "\n\n[chunk" in last_user_text(b)
-    ]
 
 
 async def test_every_kind_with_the_chat_model(

@@ -4,14 +4,10 @@ is over INGEST_BACKLOG_MAX_BYTES, uploads answer 429 with Retry-After and store 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from knowledgeops.settings import Settings
 from tests.conftest import EXAMPLES, running_api
-
-
-def upload(path: Path) -> dict[str, object]:
-    return {"files": {"file": (path.name, path.read_bytes())}}
+from tests.helpers import upload
 
 
 async def test_uploads_are_refused_while_the_backlog_is_full(settings: Settings) -> None:

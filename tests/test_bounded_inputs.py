@@ -21,7 +21,7 @@ from knowledgeops.task_types import REGISTRY, TaskQueue, TaskType
 from starter.service import TaskQueueService
 from starter.task_models import TaskNotFoundError
 from tests.conftest import EXAMPLES, running_api
-from tests.helpers import parse_into_chunks
+from tests.helpers import heavy_markdown, parse_into_chunks
 from worker import plan_queues
 
 try:
@@ -176,16 +176,6 @@ async def test_event_streams_are_capped(settings: Settings) -> None:
 
 
 # -- the parser subprocess ------------------------------------------------------------------
-
-
-def heavy_markdown(path: Path, mb: int = 12) -> Path:
-    para = "## Section {i}\n\n" + "Words that the splitter must tokenize one by one. " * 40 + "\n\n"
-    with path.open("w") as f:
-        i = 0
-        while f.tell() < mb * 1024 * 1024:
-            f.write(para.format(i=i))
-            i += 1
-    return path
 
 
 def leftovers(chunks: Path) -> list[Path]:

@@ -45,14 +45,6 @@ def sections_pdf(path: Path) -> Path:
     return path
 
 
-async def upload(api: Api, path: Path, **form: str) -> dict[str, Any]:
-    files = {"file": (path.name, await asyncio.to_thread(path.read_bytes))}
-    r = await api.http.post("/v1/documents", files=files, data=form)
-    assert r.status_code == 202, r.text
-    body: dict[str, Any] = r.json()
-    return body
-
-
 async def finished(client: Client, api: Api, task_id: str) -> str:
     """Wait on the task's result (a long poll, no sleeping), then its status as the API says."""
     with contextlib.suppress(WorkflowFailureError):  # the status says how it ended
@@ -94,10 +86,10 @@ async def test_chunks_page_through_the_live_version(settings: Settings, tmp_path
     async with running_api(settings, api_tokens=OWNERS) as api:
         client = await connect(api.settings)
         http = api.http
-        doc = await upload(api, sections_pdf(tmp_path / "water.pdf"), owner="alice")
+        doc = await api.upload(sections_pdf(tmp_path / "water.pdf"), owner="alice")
         bad_pdf = tmp_path / "broken.pdf"
         bad_pdf.write_bytes(b"%PDF-1.7\n garbage that is not a pdf body")
-        bad = await upload(api, bad_pdf)
+        bad = await api.upload(bad_pdf)
         assert await finished(client, api, doc["task_id"]) == "completed"
         assert await finished(client, api, bad["task_id"]) == "failed"
         doc_id = doc["document_id"]
@@ -220,7 +212,7 @@ async def test_a_queued_import_has_no_chunks_yet(settings: Settings, tmp_path: P
     notes.write_text(numbered_paragraphs(6))
     # No worker: the import stays queued, the document known only from its task.
     async with running_api(settings, workers=False, api_tokens=OWNERS) as api:
-        doc = await upload(api, notes, owner="alice")
+        doc = await api.upload(notes, owner="alice")
         path = f"/v1/documents/{doc['document_id']}/chunks"
         assert (await api.http.get(f"/v1/documents/{doc['document_id']}")).json()["status"] == (
             "queued"

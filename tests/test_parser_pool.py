@@ -21,7 +21,7 @@ from knowledgeops.ingest import parse_runner
 from knowledgeops.ingest.parse_runner import ParserFailedError, run_chunk, run_parse
 from knowledgeops.ingest.parser_pool import ParserPool
 from knowledgeops.ingest.parser_process import ParserLimits
-from tests.test_bounded_inputs import heavy_markdown
+from tests.helpers import heavy_markdown
 
 OPTS = ChunkingOptions(chunk_tokens=64, overlap_tokens=8)
 MAX_JOBS = 3

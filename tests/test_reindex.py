@@ -44,17 +44,6 @@ def document(topic: str, n: int = 8) -> str:
     )
 
 
-def form(path: Path) -> dict[str, Any]:
-    return {"files": {"file": (path.name, path.read_bytes())}}
-
-
-async def upload(api: Api, path: Path) -> dict[str, Any]:
-    r = await api.http.post("/v1/documents", **form(path))
-    assert r.status_code == 202, r.text
-    body: dict[str, Any] = r.json()
-    return body
-
-
 async def top_hit(api: Api, query: str) -> dict[str, Any]:
     # By embedding: what these tests follow is which model's vectors answer (a dense score of
     # ~1 is an exact text of the index that model built).
@@ -94,7 +83,7 @@ async def import_topics(api: Api, tmp_path: Path) -> dict[str, dict[str, Any]]:
     for topic in TOPICS:
         path = tmp_path / f"{topic}.txt"
         path.write_text(document(topic))
-        body = await upload(api, path)
+        body = await api.upload(path)
         done = await api.wait_task(body["task_id"])
         assert done["status"] == "completed", done
         docs[topic] = {"id": body["document_id"], "chunks": done["result"]["total_chunks"]}
@@ -132,7 +121,7 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
             task_id = r.json()["task_id"]
             late = tmp_path / "late.txt"
             late.write_text(document("glacier"))
-            late_import = await upload(api, late)
+            late_import = await api.upload(late)
 
             # Search every 50 ms until the re-index is done: always answers, and answers
             # exactly from the old index until the switch, never from the old one after.
@@ -185,7 +174,7 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
             assert any(a["action"] == "reindex" and a["actor"] == "alice" for a in audit)
 
             # A re-import after the switch is chunked and embedded the new way, in place.
-            again = await upload(api, tmp_path / "river.txt")
+            again = await api.upload(tmp_path / "river.txt")
             done = await api.wait_task(again["task_id"])
             assert done["status"] == "completed", done
             d = (await api.http.get(f"/v1/documents/{docs['river']['id']}")).json()

@@ -156,7 +156,11 @@ def create_app(runtime: Runtime) -> FastAPI:
     async def healthz(rt: RuntimeDep) -> dict[str, str]:
         return {"status": "ok", "embedding_model": rt.embedder.model_id}
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+    )
     async def prometheus_metrics(_: CallerDep) -> Response:
         """The platform's Prometheus metrics (knowledgeops/metrics.py), as the API allows."""
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
