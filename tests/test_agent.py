@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType as HistoryEventType
-
 from knowledgeops.contracts.events import EventType
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
@@ -28,6 +26,7 @@ from tests.conftest import (
     stop_process,
 )
 from tests.fake_openai import ChatAnswer, FakeOpenAI, last_user_text
+from tests.helpers import activity_starts
 
 WAIT = 90.0
 DOC = EXAMPLES / "spaced-repetition.txt"
@@ -68,19 +67,6 @@ async def _import(env: Env, path: Path = DOC) -> str:
 
 def _transcript(settings: Settings, task_id: str) -> dict[str, Any]:
     return OutputStore(settings.outputs_dir).load(task_id)
-
-
-async def _activity_attempts(env: Env, task_id: str) -> list[tuple[str, int]]:
-    history = await env.client.get_workflow_handle(task_id).fetch_history()
-    scheduled: dict[int, str] = {}
-    started = []
-    for e in history.events:
-        if e.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        if e.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            attrs = e.activity_task_started_event_attributes
-            started.append((scheduled[attrs.scheduled_event_id], attrs.attempt))
-    return [s for s in started if s[0] != "record_task_events"]
 
 
 async def test_agent_searches_reads_and_answers(
@@ -152,7 +138,9 @@ async def test_worker_killed_between_steps_repeats_no_model_call(
             second = start_worker_process(cfg, log)
             st = await env.service.wait(ref.task_id, timeout=WAIT)
             recovery = time.monotonic() - killed_at
-            attempts = await _activity_attempts(env, ref.task_id)
+            attempts = [
+                (a.activity, a.attempt) for a in await activity_starts(env.client, ref.task_id)
+            ]
         assert st.status == "completed", st.last_error
         assert stop_process(second) == 0
     finally:
@@ -237,7 +225,7 @@ async def test_without_a_chat_model_it_fails_at_once(settings: Settings) -> None
         started = time.monotonic()
         ref = await env.service.enqueue("AGENT_TASK", {"instruction": "Anything?"})
         st = await env.service.wait(ref.task_id, timeout=WAIT)
-        attempts = await _activity_attempts(env, ref.task_id)
+        attempts = [(a.activity, a.attempt) for a in await activity_starts(env.client, ref.task_id)]
     assert st.status == "failed"
     assert st.last_error and "ChatModelMissing" in st.last_error and "CHAT_MODEL" in st.last_error
     assert attempts == [("agent_open_transcript", 1)]  # not retried

@@ -37,7 +37,13 @@ async def test_events_are_stored_once_per_id_in_order(settings: Settings) -> Non
         await asyncio.gather(*(one(i) for i in range(20)))
         stored = await db.events.after(0, limit=1000)
         assert len(stored) == 60 == len({e.event_id for e in stored})
-        assert [e.seq for e in stored] == sorted(e.seq for e in stored)
+        # Read in pages from a cursor, as consumers do: every event once, in the same order.
+        paged: list[str] = []
+        cursor = 0
+        while page := await db.events.after(cursor, limit=7):
+            paged += [e.event_id for e in page]
+            cursor = page[-1].seq
+        assert paged == [e.event_id for e in stored]
         for i in range(20):
             assert [e.event_type for e in stored if e.task_id == f"t{i}"] == kinds
         tail = await db.events.after(stored[29].seq, limit=1000)

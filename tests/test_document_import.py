@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from starter.search import search
 from starter.task_models import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI, Fault
-from tests.helpers import eventually, numbered_paragraphs
+from tests.helpers import activity_starts, eventually, numbered_paragraphs
 
 WAIT = 90.0
 
@@ -26,27 +25,6 @@ WAIT = 90.0
 async def import_and_wait(env: Env, path: Path, **kw: object) -> TaskStatus:
     ref = await env.documents.import_file(path, **kw)  # type: ignore[arg-type]
     return await env.service.wait(ref.task_id, timeout=WAIT)
-
-
-async def activity_attempts(env: Env, task_id: str) -> list[tuple[str, int]]:
-    """(activity type, attempt) of every ActivityTaskStarted event of the latest run, and
-    of every local activity's result marker (a small document's steps; the attempt that
-    ended it), leaving out domain-event recording."""
-    history = await env.client.get_workflow_handle(task_id).fetch_history()
-    scheduled: dict[int, str] = {}
-    started = []
-    for e in history.events:
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            attrs = e.activity_task_started_event_attributes
-            started.append((scheduled[attrs.scheduled_event_id], attrs.attempt))
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-            marker = e.marker_recorded_event_attributes
-            if marker.marker_name == "core_local_activity":
-                data = json.loads(marker.details["data"].payloads[0].data)
-                started.append((data["activity_type"], data["attempt"]))
-    return [s for s in started if s[0] != "record_task_events"]
 
 
 async def test_every_example_imports_and_search_finds_the_right_chunk(env: Env) -> None:
@@ -205,7 +183,7 @@ async def test_bad_file_fails_at_once_and_disturbs_nothing(env: Env, tmp_path: P
     assert st.last_error is not None and st.last_error.startswith("CorruptDocument:")
     assert "kept.pdf is not a readable PDF" in st.last_error
     assert time.monotonic() - started < 10
-    assert await activity_attempts(env, st.task_id) == [
+    assert [(a.activity, a.attempt) for a in await activity_starts(env.client, st.task_id)] == [
         ("parse_document", 1),
         ("discard_version", 1),
     ]
@@ -247,7 +225,7 @@ async def test_retried_activity_resumes_from_its_checkpoint(
     cfg = cfg.model_copy(update={"small_document_bytes": 1 << 20 if small else 0})
     async with running_env(cfg) as env:
         st = await import_and_wait(env, doc)
-        attempts = await activity_attempts(env, st.task_id)
+        attempts = [(a.activity, a.attempt) for a in await activity_starts(env.client, st.task_id)]
     assert st.status == "completed", st.last_error
     assert ("embed_chunks", 2) in attempts
     total = st.result["total_chunks"]  # type: ignore[index]
@@ -275,7 +253,7 @@ async def test_a_manual_retry_of_a_small_document_keeps_its_local_steps(
         await env.service.retry(failed.task_id, reason="test", actor="test")
         st = await env.service.wait(failed.task_id, timeout=WAIT)
         history = await env.client.get_workflow_handle(st.task_id).fetch_history()
-        attempts = await activity_attempts(env, st.task_id)
+        attempts = [(a.activity, a.attempt) for a in await activity_starts(env.client, st.task_id)]
     assert st.status == "completed", st.last_error
     queued = [
         e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -295,7 +273,7 @@ async def test_rejected_key_fails_without_retry_and_cleans_up(
         assert st.last_error is not None
         assert st.last_error.startswith("EmbeddingRejected:")
         assert "401" in st.last_error and "OPENAI_API_KEY" in st.last_error
-        attempts = await activity_attempts(env, st.task_id)
+        attempts = [(a.activity, a.attempt) for a in await activity_starts(env.client, st.task_id)]
         assert [a for a in attempts if a[0] == "embed_chunks"] == [("embed_chunks", 1)]
         assert await env.points(staged=True) == 0
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import EventType
 
 from knowledgeops.contracts.ocr import OcrPayload
 from knowledgeops.formats import detect_format
@@ -26,6 +25,7 @@ from knowledgeops.task_types import TaskType
 from starter.cli_ocr import parse_pages
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import ROOT, Env, settings_env
+from tests.helpers import activity_starts
 from tests.ocr_pages import (
     CHINESE,
     ENGLISH,
@@ -141,25 +141,6 @@ async def _ocr(env: Env, path: Path, **payload: Any) -> tuple[str, TaskStatus]:
     return file_id, await env.service.wait(ref.task_id, timeout=WAIT)
 
 
-async def _attempts(env: Env, task_id: str, activity_name: str) -> int:
-    history = await env.client.get_workflow_handle(task_id).fetch_history()
-    scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    }
-    return max(
-        (
-            e.activity_task_started_event_attributes.attempt
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-            and scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
-            == activity_name
-        ),
-        default=0,
-    )
-
-
 @needs_font
 async def test_chinese_and_english_images_are_read_accurately(env: Env, tmp_path: Path) -> None:
     assert FONT is not None
@@ -240,7 +221,7 @@ async def test_killed_ocr_process_resumes_at_the_next_page(env: Env, tmp_path: P
 
     st = await env.service.wait(ref.task_id, timeout=WAIT)
     assert st.status == "completed", st.last_error
-    assert await _attempts(env, ref.task_id, "recognize_pages") == 2
+    assert await last_attempt(env, ref.task_id, "recognize_pages") == 2
     assert results.pages(file_id) == list(range(1, pages + 1))
     for n, stat in before.items():
         after = results.path(file_id, n).stat()
@@ -277,7 +258,7 @@ async def test_bad_input_fails_at_once_and_names_the_problem(env: Env, tmp_path:
     for (path, _, kind, words), (_, st) in zip(cases, outcomes, strict=True):
         assert st.status == "failed", (path.name, st)
         assert st.last_error is not None and kind in st.last_error and words in st.last_error
-        assert await _attempts(env, st.task_id, "inspect_ocr_input") == 1, path.name
+        assert await last_attempt(env, st.task_id, "inspect_ocr_input") == 1, path.name
     with pytest.raises(PayloadInvalidError, match="file_id"):
         await env.service.enqueue(TaskType.OCR_PROCESS, {"file_id": "nope"})
     missing = {"file_id": "c" * 64 + ".png"}
@@ -332,3 +313,10 @@ async def test_cancel_kills_the_ocr_process(env: Env, tmp_path: Path) -> None:
     assert st.status == "cancelled"
     # WAIT_CANCELLATION_COMPLETED: the activity (and its child) ended before the workflow did.
     assert _ocr_children(marker) == []
+
+
+async def last_attempt(env: Env, task_id: str, activity: str) -> int:
+    return max(
+        (a.attempt for a in await activity_starts(env.client, task_id) if a.activity == activity),
+        default=0,
+    )

@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType, PendingActivityState
-from temporalio.client import Client
+from temporalio.api.enums.v1 import PendingActivityState
 
 from knowledgeops.settings import Settings
 from tests.conftest import (
@@ -26,7 +25,7 @@ from tests.conftest import (
     worker_serving_api,
 )
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import eventually, numbered_paragraphs
+from tests.helpers import activity_starts, eventually, numbered_paragraphs
 
 INDEX_POOLS = ("--pool", "ingest", "--pool", "ai", "--pool", "maintenance")
 
@@ -49,21 +48,6 @@ def test_an_unknown_pool_stops_start_up_naming_it(settings: Settings) -> None:
     setting = start(WORKER_POOLS="ingest,gpu")
     assert setting.returncode == 2 and "WORKER_POOLS" in setting.stdout, setting.stdout
     assert "unknown pool(s) gpu" in setting.stdout
-
-
-async def _workers_of(client: Client, task_id: str) -> dict[str, set[int]]:
-    """Activity name -> process ids of the workers that started it (from the identity each
-    worker gives Temporal, `knowledgeops:<pid>@<host>`)."""
-    names: dict[int, str] = {}
-    out: dict[str, set[int]] = {}
-    async for e in client.get_workflow_handle(task_id).fetch_history_events():
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            a = e.activity_task_started_event_attributes
-            pid = int(a.identity.rpartition(":")[2].partition("@")[0])
-            out.setdefault(names[a.scheduled_event_id], set()).add(pid)
-    return out
 
 
 async def test_a_parse_worker_and_an_index_worker_import_together(
@@ -95,9 +79,9 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
             for ref in refs:
                 st = await env.service.wait(ref.task_id, timeout=90)
                 assert st.status == "completed", st.last_error
-                steps = await _workers_of(env.client, ref.task_id)
-                assert steps["parse_document"] == {parser.pid}
-                assert parser.pid not in steps["embed_chunks"]
+                steps = await activity_starts(env.client, ref.task_id)
+                assert {a.pid for a in steps if a.activity == "parse_document"} == {parser.pid}
+                assert parser.pid not in {a.pid for a in steps if a.activity == "embed_chunks"}
 
             # Killed mid-parse: the parse is retried on the next parse worker; nothing lost.
             ref = await env.documents.import_file(big, document_id="big")
@@ -118,7 +102,8 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
             st = await env.service.wait(ref.task_id, timeout=150)
             assert st.status == "completed", st.last_error
             # The step the killed worker was running ended on the next one.
-            assert parser.pid in (await _workers_of(env.client, ref.task_id))[str(step)]
+            ran = await activity_starts(env.client, ref.task_id)
+            assert parser.pid in {a.pid for a in ran if a.activity == step}
             chunks = st.result["total_chunks"]  # type: ignore[index]
             detail = (await http.get(f"{api}/v1/documents/big")).json()
             assert detail["indexed_chunks"] == detail["points_in_index"] == chunks > 0
