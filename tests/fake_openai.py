@@ -23,6 +23,9 @@ that raises makes the server answer 500 (the test sees the error in `chat_errors
 Faults: `fake.chat_faults.append(ChatFault(429, retry_after=1.5))` (the next chat request),
 `fake.chat_fail_on[3] = ChatFault(500)` (the 3rd chat request, 1-based),
 `ChatFault(malformed=True)` (200 with content that is not JSON), `ChatFault(hang_seconds=5)`.
+Held requests: `fake.hold = lambda kind, n: kind == "chat" and n >= 2` keeps the second and
+later chat requests ("embeddings" for embedding requests) waiting until `fake.release()`;
+`fake.held` counts those waiting, `fake.in_flight` every request being answered.
 Records: `fake.chat_requests` (every request body, faulted ones included), `fake.chat_calls`
 (their count), `fake.chat_answered` (bodies that got a 200 answer), `fake.chat_images` (the
 MIME type of every image part received, in order). Every answer carries usage: prompt tokens
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import random
@@ -59,7 +63,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
@@ -137,9 +141,44 @@ class FakeOpenAI:
     rerank_requests: list[dict[str, Any]] = field(default_factory=list)
     rerank_authorization: list[str | None] = field(default_factory=list)
     rerank_errors: list[str] = field(default_factory=list)
+    # Requests `hold(kind, number)` picks ("embeddings" / "chat", 1-based per kind) wait at
+    # a gate until `release()`: a test keeps one in flight exactly as long as it needs (a
+    # cancel or a kill landing during a request), instead of guessing a latency.
+    hold: Callable[[str, int], bool] | None = None
+    in_flight: int = 0  # embedding and chat requests being answered now
+    held: int = 0  # of them, waiting at the gate
+    _gate: threading.Event = field(default_factory=threading.Event)
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _random: random.Random | None = None
+
+    def release(self) -> None:
+        """Open the gate: held requests go on, and none is held from now on."""
+        self.hold = None
+        self._gate.set()
+
+    def _pass_gate(self, kind: str, number: int) -> None:
+        hold = self.hold
+        if hold is None or not hold(kind, number):
+            return
+        with self._lock:
+            self.held += 1
+        try:
+            # Bounded: a test that never releases must not leave a server thread forever.
+            self._gate.wait(timeout=300)
+        finally:
+            with self._lock:
+                self.held -= 1
+
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        with self._lock:
+            self.in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     @property
     def base_url(self) -> str:
@@ -224,6 +263,10 @@ class FakeOpenAI:
                     return  # the client gave up (timeout test)
 
             def do_POST(self) -> None:
+                with fake._answering():
+                    self._post()
+
+            def _post(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if self.path.rstrip("/").endswith("/chat/completions"):
@@ -236,6 +279,7 @@ class FakeOpenAI:
                     return self._send(status, reply, headers)
                 with fake._lock:
                     fake.requests += 1
+                    number = fake.requests
                     fake.request_times.append(time.monotonic())
                     fault = fake.fail_on.pop(fake.requests, None)
                     if fault is None and fake.faults:
@@ -260,6 +304,7 @@ class FakeOpenAI:
                     inputs = [inputs]
                 if not isinstance(inputs, list) or not inputs or len(inputs) > 2048:
                     return self._send(400, _err("bad input", "invalid_request_error"), {})
+                fake._pass_gate("embeddings", number)
                 if fake.latency:
                     time.sleep(fake.latency)
                 with fake._lock:
@@ -321,6 +366,7 @@ class FakeOpenAI:
                 time.sleep(fault.hang_seconds)
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
             return fault.status, _err(fault.message, "server_error"), headers
+        self._pass_gate("chat", n)
         if self.chat_latency:
             time.sleep(self.chat_latency)
         try:

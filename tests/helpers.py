@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 import time
@@ -31,18 +32,20 @@ T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]],
+    probe: Callable[[], Awaitable[T] | T],
     done: Callable[[T], bool],
     *,
     timeout: float = 30.0,
     interval: float = 0.2,
     what: str = "the condition",
 ) -> T:
-    """Poll `probe()` until `done(value)`; return that value, or fail naming what it last saw
-    (for what settles eventually, like Temporal's visibility store)."""
+    """Poll `probe()` (a coroutine function, or a plain one reading a counter) until
+    `done(value)`; return that value, or fail naming what it last saw (for what settles
+    eventually, like Temporal's visibility store or a fake server's counters)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = await probe()
+        got = probe()
+        value: T = await got if inspect.isawaitable(got) else got
         if done(value):
             return value
         if time.monotonic() > deadline:

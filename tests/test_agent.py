@@ -5,7 +5,6 @@ messages through the update (over HTTP), a child task, continue-as-new; no model
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from tests.conftest import (
     stop_process,
 )
 from tests.fake_openai import ChatAnswer, FakeOpenAI, last_user_text
-from tests.helpers import activity_starts
+from tests.helpers import activity_starts, eventually
 
 WAIT = 90.0
 DOC = EXAMPLES / "spaced-repetition.txt"
@@ -122,19 +121,18 @@ async def test_worker_killed_between_steps_repeats_no_model_call(
         async with running_env(cfg, worker=False) as env:
             doc = await _import(env)
             fake_openai.chat_script = search_read_answer(doc)
-            fake_openai.latency = 4.0
+            # The search tool's query embedding waits at the fake's gate: the kill lands in it.
             embeds_before = fake_openai.requests
+            fake_openai.hold = lambda kind, n: kind == "embeddings" and n > embeds_before
             ref = await env.service.enqueue("AGENT_TASK", {"instruction": "Spacing?"})
-            deadline = time.monotonic() + 60
-            while fake_openai.requests == embeds_before:  # the search tool is embedding
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                assert first.poll() is None, log.read_text()[-3000:]
-                await asyncio.sleep(0.02)
+            await eventually(
+                lambda: fake_openai.held, bool, timeout=60, what="the tool's held embedding"
+            )
             assert fake_openai.chat_calls == 1
             first.send_signal(signal.SIGKILL)
             first.wait()
             killed_at = time.monotonic()
-            fake_openai.latency = 0.0
+            fake_openai.release()
             second = start_worker_process(cfg, log)
             st = await env.service.wait(ref.task_id, timeout=WAIT)
             recovery = time.monotonic() - killed_at
@@ -169,18 +167,18 @@ async def test_cancel_during_a_slow_tool_call_stops_it(
     async with running_env(cfg) as env:
         doc = await _import(env)
         fake_openai.chat_script = search_read_answer(doc)
-        fake_openai.latency = 45.0  # the search tool's query embedding hangs
+        # The search tool's query embedding hangs at the fake's gate until released.
         embeds_before = fake_openai.requests
+        fake_openai.hold = lambda kind, n: kind == "embeddings" and n > embeds_before
         ref = await env.service.enqueue("AGENT_TASK", {"instruction": "Spacing?"})
-        deadline = time.monotonic() + 30
-        while fake_openai.requests == embeds_before:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.5)
+        await eventually(lambda: fake_openai.held, bool, what="the tool's held embedding")
         cancelled_at = time.monotonic()
         await env.service.cancel(ref.task_id, reason="test")
         st = await env.service.wait(ref.task_id, timeout=WAIT)
         took = time.monotonic() - cancelled_at
+        # The tool stopped while its request was still held: the cancel did not wait for it.
+        assert fake_openai.held == 1
+        fake_openai.release()
         events = await env.db.events.after(task_id=ref.task_id)
     print(f"\ncancel during a tool call took {took:.1f}s")
     assert st.status == "cancelled"

@@ -29,6 +29,7 @@ from tests.conftest import (
     stop_process,
 )
 from tests.fake_openai import ChatFault, FakeOpenAI, response_schema
+from tests.helpers import eventually
 
 KINDS = ("summary", "outline", "glossary", "quiz", "mindmap")
 
@@ -173,28 +174,29 @@ async def test_cancel_during_the_map_removes_the_partial_results(
     s = chat_settings(settings, fake_openai, chat_input_tokens=700)
     async with running_env(s) as env:
         document_id = await import_lesson(env, tmp_path)
-        # Long enough that the cancel (delivered with a heartbeat) lands during one request.
-        fake_openai.chat_latency = 3.0
         before = fake_openai.chat_calls
+        # The first group's request is answered; the second waits at the fake's gate, so the
+        # cancel (delivered with a heartbeat) lands while that request is in flight.
+        fake_openai.hold = lambda kind, n: kind == "chat" and n >= before + 2
         ref = await env.service.enqueue(
             TaskType.GENERATE_ARTIFACT, {"document_id": document_id, "kind": "quiz"}
         )
         work = s.outputs_dir / ".work" / ref.task_id
-        deadline = time.monotonic() + 60
-        while not work.is_dir() or not any(work.iterdir()):  # a group is stored
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
+        await eventually(lambda: fake_openai.held, bool, timeout=60, what="a held request")
+        assert any(work.iterdir()), "the first group is stored"
         await env.service.cancel(ref.task_id, reason="test")
         st = await env.service.wait(ref.task_id, timeout=WAIT)
-        calls = fake_openai.chat_calls - before
-        await asyncio.sleep(3.5)  # a request still in flight would show now
+        # Cancelled means stopped: the held request is the only one left, and its answer,
+        # once released, is nobody's.
+        assert fake_openai.in_flight == fake_openai.held == 1
+        fake_openai.release()
+        await eventually(lambda: fake_openai.in_flight, lambda n: n == 0, what="the answer")
     assert st.status == "cancelled"
     assert not work.exists()
     with pytest.raises(OutputNotFoundError):
         OutputStore(s.outputs_dir).load(ref.task_id)
-    # Cancelled during the first or second group's request (after the first was stored): no
-    # group after that was asked, then or later.
-    assert 1 <= calls <= 2 and fake_openai.chat_calls - before == calls
+    # No group after the held one was asked.
+    assert fake_openai.chat_calls - before == 2
 
 
 async def test_without_a_model_the_local_methods_answer(settings: Settings, tmp_path: Path) -> None:

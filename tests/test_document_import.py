@@ -305,8 +305,10 @@ async def test_cancel_stops_embedding_and_leaves_nothing_half_done(
         assert await env.points(ref.document_id, staged=True) == 0
         # The cancelled version's files are gone too (chunks and parsed sections).
         assert [p.name for p in env.settings.chunks_dir.iterdir()] == []
+        # Cancelled means its activity has stopped (the workflow waits for that): the request
+        # it had in flight drains and no other follows.
         requests = fake_openai.requests
-        await asyncio.sleep(1.5)
+        await eventually(lambda: fake_openai.in_flight, lambda n: n == 0, what="in flight")
         assert fake_openai.requests == requests, "embedding went on after the cancel"
         assert fake_openai.embedded_count() < st.progress.total
         with pytest.raises(Exception, match="already finished"):
