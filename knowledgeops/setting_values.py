@@ -58,5 +58,3 @@ def parse_pools(names: Sequence[str]) -> list[Pool]:
             + ", ".join(p.value for p in Pool)
         )
     return [Pool(n) for n in dict.fromkeys(wanted)] or list(Pool)
-
-

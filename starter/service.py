@@ -1,7 +1,9 @@
 """TaskQueueService: the one way app code starts, inspects and cancels work.
 
 Temporal is the source of truth for task state: status is read from the workflow execution
-(description, memo, pending activities' heartbeat details), never from a second task table.
+(description, memo, pending activities' heartbeat details). The admin task list is a read
+model of the domain events (knowledgeops/stores/task_list.py), for listing only; a run started
+here is listed there as pending at once, before any worker records its events.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
+from knowledgeops.stores.task_list import ListKey
 from knowledgeops.task_types import (
+    DOCUMENT_ID_SEARCH_ATTRIBUTE,
     TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskNotImplementedError,
     TaskSpec,
@@ -42,6 +46,7 @@ from knowledgeops.task_types import (
     task_search_attributes,
 )
 from starter import task_queries as tq
+from starter.task_listing import list_started, list_tasks
 from starter.task_models import (
     PayloadInvalidError,
     PayloadTooLargeError,
@@ -151,8 +156,12 @@ class TaskQueueService:
             )
             run_id = handle.result_run_id
         except WorkflowAlreadyStartedError:
+            # The key's task exists (maybe long finished): its events listed it already.
             run_id = (await self._describe(task_id)).run_id
-        return TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
+            return TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
+        ref = TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
+        await list_started(self.db, ref, document_id=_document_id(model), owner=owner)
+        return ref
 
     async def _run_with_key(self, task_id: str, key: str) -> str | None:
         try:
@@ -223,10 +232,16 @@ class TaskQueueService:
         )
 
     async def list(
-        self, flt: tq.TaskFilter, limit: int = 50, cursor: str | None = None
+        self, flt: tq.TaskFilter, limit: int = 50, after: ListKey | None = None
     ) -> tq.TaskPage:
-        """Tasks newest first, filtered by type, status and start time; paged by cursor."""
-        return await tq.list_tasks(self.client, self.settings, flt, limit, cursor)
+        """Tasks newest first, filtered by type, status and start time; `after`: the previous
+        page's `next_cursor` (ListKey.decode)."""
+        if self.db is None:
+            raise RuntimeError(
+                "Listing tasks reads the task list in the app database: build "
+                "TaskQueueService with a Database"
+            )
+        return await list_tasks(self.client, self.db, self.settings, flt, limit, after)
 
     async def describe(self, task_id: str) -> tq.TaskDetail:
         """Status, input summary, every activity attempt, all runs, last checkpoint."""
@@ -292,7 +307,12 @@ class TaskQueueService:
             static_details=await desc.static_details(),
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
-        return TaskRef(task_id=task_id, run_id=handle.result_run_id, task_type=spec.task_type)
+        ref = TaskRef(task_id=task_id, run_id=handle.result_run_id, task_type=spec.task_type)
+        document_id = desc.typed_search_attributes.get(DOCUMENT_ID_SEARCH_ATTRIBUTE)
+        owner = memo.get(OWNER_MEMO)
+        owner = owner if isinstance(owner, str) else None
+        await list_started(self.db, ref, document_id=document_id, owner=owner)
+        return ref
 
     async def task_input(self, task_id: str, run_id: str | None = None) -> tuple[Any, str]:
         """A run's input (decoded, not validated) and its task queue, from its first event."""

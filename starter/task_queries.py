@@ -1,6 +1,7 @@
-"""Read-side queries over Temporal for the admin API: lists, details, overview, workers.
+"""Read-side queries for the admin API: its models, task details, overview, workers.
 
-Everything is read from Temporal (visibility, describe, history); nothing is mirrored.
+Details, runs, the overview and workers are read from Temporal (describe, history,
+visibility); the task list from the projection of the domain events (starter/task_listing.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskT
 StatusName = Literal[
     "pending", "running", "completed", "failed", "cancelled", "terminated", "timed_out"
 ]
-# Each status as the visibility store names it.
+# Each status as the visibility store names it (for the overview's counts).
 VISIBILITY_STATUS: dict[str, str] = {
     "pending": "Running",
     "running": "Running",
@@ -46,7 +47,6 @@ _FROM_VISIBILITY = {v: k for k, v in VISIBILITY_STATUS.items() if k != "pending"
 }
 # describe_task_queue lists pollers seen in the last ~5 minutes; newer than this is "live".
 LIVE_WORKER_WINDOW = timedelta(seconds=90)
-MAX_LIST_SCAN = 5000
 INPUT_SUMMARY_CHARS = 2000
 
 
@@ -55,8 +55,17 @@ class TaskSummary(BaseModel):
     run_id: str
     task_type: str | None
     status: str
+    # The run's start in Temporal (when it was enqueued); the list's order.
     started_at: datetime | None
     closed_at: datetime | None
+    # When a worker took the run up (its TaskStarted event).
+    picked_up_at: datetime | None = None
+    # From started_at to closed_at; None while the run is open.
+    duration_seconds: float | None = None
+    document_id: str | None = None
+    owner: str | None = None
+    # Runs of this task id that began: the first, manual retries, re-imports, resets.
+    attempts: int = 0
 
 
 class TaskPage(BaseModel):
@@ -122,27 +131,6 @@ class Overview(BaseModel):
     queues: list[QueueStats]
 
 
-def build_query(settings: Settings, flt: TaskFilter, before: datetime | None = None) -> str:
-    parts = [f"{TASK_TYPE_SEARCH_ATTRIBUTE.name} IS NOT NULL"]
-    if settings.prefix:
-        parts.append(f"WorkflowId STARTS_WITH {json.dumps(settings.prefix)}")
-    if flt.task_type:
-        parts.append(f"{TASK_TYPE_SEARCH_ATTRIBUTE.name} = {json.dumps(flt.task_type.value)}")
-    if flt.status:
-        parts.append(f"ExecutionStatus = {json.dumps(VISIBILITY_STATUS[flt.status])}")
-    if flt.since:
-        parts.append(f'StartTime >= "{_iso(flt.since)}"')
-    if flt.until:
-        parts.append(f'StartTime < "{_iso(flt.until)}"')
-    if before:
-        parts.append(f'StartTime < "{_iso(before)}"')
-    return " AND ".join(parts)
-
-
-def _iso(dt: datetime) -> str:
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
-
-
 def status_name(status: WorkflowExecutionStatus | None) -> str:
     return _STATUS.get(status, "running") if status is not None else "running"
 
@@ -177,36 +165,6 @@ def is_pending(memo: Mapping[str, Any], pending_activities: Sequence[Any]) -> bo
         pa.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED and pa.attempt <= 1
         for pa in pending_activities
     )
-
-
-async def _still_pending(client: Client, w: WorkflowExecution) -> bool:
-    # Visibility knows only "Running": the memo rules most out, describe settles the rest.
-    if (await w.memo()).get(BEGAN_MEMO):
-        return False
-    desc = await client.get_workflow_handle(w.id, run_id=w.run_id).describe()
-    return is_pending(await desc.memo(), desc.raw_description.pending_activities)
-
-
-async def list_tasks(
-    client: Client, settings: Settings, flt: TaskFilter, limit: int = 50, cursor: str | None = None
-) -> TaskPage:
-    """Newest first. The SQL visibility store has no ORDER BY, so each page scans the matching
-    executions older than the cursor (bounded by MAX_LIST_SCAN) and sorts them here. `pending`
-    and `running` share Temporal's Running status, so those two filters check each task."""
-    before = datetime.fromisoformat(cursor) if cursor else None
-    rows: list[TaskSummary] = []
-    async for w in client.list_workflows(build_query(settings, flt, before), limit=MAX_LIST_SCAN):
-        if flt.status in ("pending", "running"):
-            pending = await _still_pending(client, w)
-            if pending != (flt.status == "pending"):
-                continue
-            rows.append(_summary(w).model_copy(update={"status": flt.status}))
-            continue
-        rows.append(_summary(w))
-    rows.sort(key=lambda r: r.started_at or datetime.min.replace(tzinfo=UTC), reverse=True)
-    page = rows[:limit]
-    more = len(rows) > limit and page[-1].started_at is not None
-    return TaskPage(items=page, next_cursor=_iso(page[-1].started_at) if more else None)  # type: ignore[arg-type]
 
 
 async def runs_of(client: Client, task_id: str) -> list[RunInfo]:

@@ -13,12 +13,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.task_types import REGISTRY
 from tests.conftest import EXAMPLES, openai_settings, running_api
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import eventually, numbered_paragraphs
-from tests.test_bounded_inputs import heavy_markdown
-
-
-def upload(path: Path, name: str | None = None, **form: str) -> dict[str, Any]:
-    return {"files": {"file": (name or path.name, path.read_bytes())}, "data": form}
+from tests.helpers import eventually, heavy_markdown, numbered_paragraphs, upload
 
 
 async def test_upload_follow_search_and_catalogue(settings: Settings) -> None:

@@ -2,9 +2,11 @@
 
 SQLAlchemy 2 (async). SQLite file under the data directory by default, PostgreSQL through
 DATABASE_URL. The schema is owned by Alembic migrations (migrations/), applied at start-up.
-Task state is *not* kept here: Temporal is its source of truth. Each concern has its module:
-events (with the per-type projections the registry names), audit, webhook cursors; read models
-such as the document catalogue are built on `Database` by whoever reads them.
+Temporal is the source of truth for task state: what is kept here are domain events and read
+models projected from them (the admin task list, for listing only). Each concern has its
+module: events (with the per-type projections the registry names, and the task list every
+type's events feed), audit, webhook cursors; read models such as the document catalogue are
+built on `Database` by whoever reads them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores.audit import AuditLog
 from knowledgeops.stores.events import EventStore
 from knowledgeops.stores.sql import Base
+from knowledgeops.stores.task_list import TaskList
 from knowledgeops.stores.webhook_cursors import WebhookCursors
 
 __all__ = ["Base", "Database", "migrate_to_head"]
@@ -52,6 +55,7 @@ class Database:
         # (many imports recording events at once, audit records) take turns here instead;
         # writers in other processes still meet the back-off.
         self._write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        self.task_list = TaskList(self)
         self.events = EventStore(self)
         self.audit = AuditLog(self)
         self.webhook_cursors = WebhookCursors(self)

@@ -1,7 +1,8 @@
 """Domain events: stored once per event id, read in `seq` order, projected into read models.
 
 Which projection a task type's events feed is declared in the registry (`projection`), so a
-new type adds its read model without editing this module.
+new type adds its read model without editing this module. Every type's events also feed the
+admin task list (knowledgeops/stores/task_list.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ class EventRow(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
+# PostgreSQL advisory lock key of everything written with the events (see `record`).
+_EVENT_WRITERS_LOCK = 727001
+
+
+async def lock_event_writers(s: AsyncSession) -> None:
+    """On PostgreSQL, wait for the other writers of events and of their projections (until
+    this transaction ends); SQLite has one writer at a time anyway."""
+    if s.get_bind().dialect.name == "postgresql":
+        await s.execute(text(f"SELECT pg_advisory_xact_lock({_EVENT_WRITERS_LOCK})"))
+
+
 class Projection(Protocol):
     """A read model fed by one task type's events, inside the transaction that stores them."""
 
@@ -55,14 +67,13 @@ class EventStore:
         self, events: Sequence[TaskEvent], on_new: Callable[[TaskEvent], None] | None = None
     ) -> int:
         """Store events once per event id (a retried activity re-sends them); returns how
-        many were new. Each new event is projected in the same transaction, and handed to
-        `on_new` once it is committed."""
+        many were new. Each new event is projected in the same transaction (its type's
+        projection, and the task list), and handed to `on_new` once it is committed."""
         new: list[TaskEvent] = []
         async with self.db.write() as s:
-            if self.db.engine.dialect.name == "postgresql":
-                # Serialise writers so seq order equals commit order: a reader that has seen
-                # seq N can never later find an event with a smaller seq appear.
-                await s.execute(text("SELECT pg_advisory_xact_lock(727001)"))
+            # Serialise writers so seq order equals commit order: a reader that has seen seq N
+            # can never later find an event with a smaller seq appear.
+            await lock_event_writers(s)
             for ev in events:
                 # On the table, not the ORM class: SQLAlchemy's ORM insert path was ~4 % of the
                 # worker's CPU at 20 small imports/s (profiled), for nothing an ORM adds here.
@@ -87,6 +98,7 @@ class EventStore:
                     projection = self._projections.get(ev.task_type)
                     if projection is not None:
                         await projection.project(s, ev)
+            await self.db.task_list.project(s, new)
         if on_new is not None:
             for ev in new:
                 on_new(ev)

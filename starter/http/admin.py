@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
 from knowledgeops.index.live import index_collections
+from knowledgeops.stores.task_list import ListKey
 from knowledgeops.task_types import TaskType
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
@@ -82,19 +83,19 @@ def _moment(value: datetime | None, name: str) -> datetime | None:
     return value
 
 
-def _cursor(value: str | None) -> str | None:
-    """A `next_cursor` this API returned (an ISO time), or 400: never a 500 from parsing."""
+def _cursor(value: str | None) -> ListKey | None:
+    """A `next_cursor` this API returned, or 400 (so is a cursor of the old, time-only form):
+    never a 500 from parsing."""
     if value is None:
         return None
     try:
-        _moment(datetime.fromisoformat(value), "cursor")
-    except (ValueError, ApiError):
+        return ListKey.decode(value)
+    except ValueError:
         raise ApiError(
             400,
             "invalid_cursor",
             "cursor must be a next_cursor value returned by this listing; omit it for page one",
         ) from None
-    return value
 
 
 @router.get("/tasks", response_model=tq.TaskPage)
@@ -104,7 +105,9 @@ async def list_tasks(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
 ) -> tq.TaskPage:
-    """Newest first; pass `next_cursor` back as `cursor` for the next page."""
+    """Newest first (by the start of each task's newest run, then task id); pass
+    `next_cursor` back as `cursor` for the next page. Served from the task list the domain
+    events feed; `GET /tasks/{task_id}` reads Temporal."""
     return await rt.service.list(flt, limit, _cursor(cursor))
 
 
