@@ -214,17 +214,20 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
 
 
 async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path: Path) -> None:
-    """The embedded engine splits a collection into partitions by point id: a scroll merges
-    their pages in the engine's id order, a search their hits by score."""
-    index = VectorIndex(EdgeEngine(tmp_path / "index"))
+    """The embedded engine splits a collection into partitions by document: a document's
+    points are in one, a scroll merges their pages in the engine's id order, a search their
+    hits by score, and a document's count and delete reach only its partition."""
+    engine = EdgeEngine(tmp_path / "index")
+    index = VectorIndex(engine)
     c = "chunks_pages"
     try:
-        chunks = [Chunk(i, f"chunk {i} on topic {i % 5}", f"h{i}") for i in range(300)]
-        await index.upsert(c, "doc", chunks, [vec(i) for i in range(300)])
-        engine = index.engine
-        assert isinstance(engine, EdgeEngine)
-        counts = [part.points() for part in engine.collection(c).parts]
-        assert len(counts) > 1 and min(counts) > 0 and sum(counts) == 300
+        for d in range(12):
+            chunks = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(25)]
+            await index.upsert(c, f"doc{d}", chunks, [vec(100 * d + i) for i in range(25)])
+        parts = engine.collection(c).parts
+        counts = [part.points() for part in parts]
+        assert len(counts) > 1 and min(counts) > 0 and sum(counts) == 300, counts
+        assert all(n % 25 == 0 for n in counts), "a document is in one partition"
         seen, offset = [], None
         while True:
             page, offset = await index.export_points(c, offset, 7)
@@ -232,10 +235,13 @@ async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path
             if offset is None:
                 break
         assert len(seen) == len(set(seen)) == 300
-        hits = await index.search(c, 5, vector=vec(123), mode=SearchMode.DENSE)
-        assert hits[0].chunk_index == 123
+        hits = await index.search(c, 5, vector=vec(1123), mode=SearchMode.DENSE)
+        assert (hits[0].document_id, hits[0].chunk_index) == ("doc11", 23)
         scores = [h.score for h in hits]
         assert scores == sorted(scores, reverse=True)
+        assert await index.count(c, "doc5") == 25
+        assert await index.delete_document(c, "doc5") == 25
+        assert sum(part.points() for part in parts) == 275
     finally:
         index.close()
 

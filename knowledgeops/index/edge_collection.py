@@ -1,6 +1,7 @@
 """One collection of the embedded engine: its partitions, their shards, and its meta.json.
 
-A chunks collection is split into partitions by point id (a stable hash), each one Edge shard.
+A chunks collection is split into partitions by document (a stable hash of its id), each one
+Edge shard.
 The split is for the background build (edge_builder.py), which indexes a copy of one shard at
 a time and holds it beside the live one until it is swapped in: with one shard per collection,
 a build at 1M points held two copies of the whole index (3.6 GB of anonymous memory at its
@@ -138,17 +139,15 @@ class Collection:
             for i, f in enumerate(folders)
         ]
 
-    def partition_of(self, point_id: PointId) -> Partition:
+    def partition_of(self, key: str) -> Partition:
+        """The partition of a document's points (`key`: its id; a point without one, its own
+        id). By document, so an upsert batch, a publish or a delete of one document is one
+        write to one shard: spreading each batch over four shards made upserts 45 % slower
+        (measured: a shard's write costs about the same for 64 points as for 256)."""
         if len(self.parts) == 1:
             return self.parts[0]
-        # crc32, not hash(): the same id must land in the same partition in every process.
-        return self.parts[zlib.crc32(str(point_id).encode()) % len(self.parts)]
-
-    def by_partition(self, ids: list[PointId]) -> dict[int, list[PointId]]:
-        out: dict[int, list[PointId]] = {}
-        for i in ids:
-            out.setdefault(self.partition_of(i).number, []).append(i)
-        return out
+        # crc32, not hash(): the same key must land in the same partition in every process.
+        return self.parts[zlib.crc32(key.encode()) % len(self.parts)]
 
     @property
     def dropped(self) -> bool:
