@@ -77,7 +77,7 @@ def activity_methods(obj: object) -> dict[str, Callable[..., Any]]:
 
 
 def plan_queues(resources: Resources, pools: Sequence[Pool] = tuple(Pool)) -> dict[str, QueuePlan]:
-    """Per task queue of `pools`, the workflows and activities of its implemented task types.
+    """Per task queue of `pools`, the workflows and activities of its task types.
     Activity classes are built once each (and only for a queue served here), so types that
     share one (and its resources) share it."""
     served = pool_queues(pools)
@@ -90,8 +90,6 @@ def plan_queues(resources: Resources, pools: Sequence[Pool] = tuple(Pool)) -> di
         return plans.setdefault(resources.settings.queue(queue.value), QueuePlan())
 
     for spec in REGISTRY.values():
-        if spec.workflow_class is None:
-            continue
         plan = plan_for(spec.task_queue)
         if plan is not None:
             workflow_cls = load(spec.workflow_class)
@@ -130,7 +128,7 @@ def _activity_names(path: str) -> list[str]:
 def build_workers(
     client: Client, resources: Resources, pools: Sequence[Pool] = tuple(Pool)
 ) -> Sequence[Worker]:
-    """One worker per task queue of `pools` that has implemented task types."""
+    """One worker per task queue of `pools` that has task types."""
     return [
         Worker(
             client,

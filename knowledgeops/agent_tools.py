@@ -57,13 +57,11 @@ class Scope:
 
 
 def startable_types(owner: str | None) -> list[str]:
-    """Implemented types an agent may start; an owner's task never starts maintenance."""
+    """Types an agent may start; an owner's task never starts maintenance."""
     return [
         t.value
         for t, spec in REGISTRY.items()
-        if spec.implemented
-        and t not in NOT_STARTABLE
-        and not (owner and spec.task_queue == TaskQueue.MAINTENANCE)
+        if t not in NOT_STARTABLE and not (owner and spec.task_queue == TaskQueue.MAINTENANCE)
     ]
 
 

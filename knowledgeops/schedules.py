@@ -45,7 +45,7 @@ class ScheduleInfo(BaseModel):
 
 
 def scheduled_specs() -> list[TaskSpec]:
-    return [s for s in REGISTRY.values() if s.schedule is not None and s.implemented]
+    return [s for s in REGISTRY.values() if s.schedule is not None]
 
 
 def schedule_id(settings: Settings, task_type: TaskType) -> str:

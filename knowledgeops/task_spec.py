@@ -143,8 +143,8 @@ class TaskSpec:
     description: str
     execution_timeout: timedelta = timedelta(hours=6)
     # Workflow type name (what starters start and the Web UI shows) and its class.
-    workflow_name: str | None = None
-    workflow_class: str | None = None
+    workflow_name: str = field(kw_only=True)
+    workflow_class: str = field(kw_only=True)
     result_model: type[BaseModel] | None = None
     # Options of every activity the workflow runs, by activity name.
     activities: Mapping[str, ActivityOptions] = field(default_factory=dict)
@@ -156,10 +156,6 @@ class TaskSpec:
     projection: str | None = None
     # Runs on a schedule (knowledgeops/schedules.py) when declared.
     schedule: Scheduled | None = None
-
-    @property
-    def implemented(self) -> bool:
-        return self.workflow_class is not None
 
     @property
     def summary(self) -> str:

@@ -101,10 +101,6 @@ def pool_queues(pools: Sequence[Pool]) -> set[TaskQueue]:
     return {q for pool in pools for q in POOLS[pool].queues}
 
 
-class TaskNotImplementedError(LookupError):
-    """The task type is registered but its workflow does not exist yet."""
-
-
 def spec_for(task_type: TaskType | str) -> TaskSpec:
     try:
         tt = TaskType(task_type)

@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_ocr.add_parser(sub)
     cli_index.add_parser(sub)
 
-    r = sub.add_parser("run", help="start a task of any implemented type")
+    r = sub.add_parser("run", help="start a task of any type")
     r.add_argument("task_type", choices=[t.value for t in TaskType], metavar="TYPE")
     r.add_argument("--payload", default="{}", help="JSON, or @file with JSON")
     r.add_argument("--idempotency-key")

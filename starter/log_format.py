@@ -52,7 +52,7 @@ def task_fields(record: logging.LogRecord) -> dict[str, Any]:
         return {}
     fields = {
         "task_id": details.get("workflow_id"),
-        "task_type": _TASK_TYPES.get(details.get("workflow_type")),
+        "task_type": _TASK_TYPES.get(str(details.get("workflow_type"))),
         "run_id": details.get("workflow_run_id") or details.get("run_id"),
         "activity": details.get("activity_type"),
         "attempt": details.get("attempt"),

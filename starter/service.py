@@ -39,7 +39,6 @@ from knowledgeops.stores.task_list import ListKey
 from knowledgeops.task_types import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
     TASK_TYPE_SEARCH_ATTRIBUTE,
-    TaskNotImplementedError,
     TaskSpec,
     TaskType,
     spec_for,
@@ -106,11 +105,6 @@ class TaskQueueService:
         that must never run twice at once: a duplicate submission joins the running one.
         `summary`: what the Web UI lists the task as (default: what its type does)."""
         spec = spec_for(task_type)
-        if spec.workflow_name is None or not spec.implemented:
-            raise TaskNotImplementedError(
-                f"Task type {spec.task_type} is registered but has no workflow yet; "
-                "it cannot be started"
-            )
         model = _validate(spec, payload)
         size = len(model.model_dump_json())
         if size > self.settings.payload_max_bytes:
@@ -291,8 +285,6 @@ class TaskQueueService:
             )
         task_type = desc.typed_search_attributes.get(TASK_TYPE_SEARCH_ATTRIBUTE)
         spec = spec_for(task_type or "")
-        if spec.workflow_name is None:
-            raise TaskNotImplementedError(f"{spec.task_type} has no workflow")
         raw, queue = await self.task_input(task_id, desc.run_id)
         memo = await desc.memo()
         handle: WorkflowHandle[Any, Any] = await self.client.start_workflow(

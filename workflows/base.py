@@ -145,7 +145,7 @@ class TaskWorkflow(Generic[P, R]):
         if owner:
             memo[OWNER_MEMO] = owner
         result: Child = await workflow.execute_child_workflow(
-            spec.workflow_name or "",
+            spec.workflow_name,
             payload,
             id=self.child_task_id(task_type, suffix),
             task_queue=self.task_id_for(spec.task_queue.value),

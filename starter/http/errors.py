@@ -12,7 +12,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
 from knowledgeops.errors import validation_text
-from knowledgeops.task_types import TaskNotImplementedError
 from knowledgeops.temporal import is_unreachable
 from starter.admission import BacklogFullError
 from starter.document_chunks import ChunksNotPublishedError
@@ -66,7 +65,6 @@ _MAPPED: list[tuple[type[Exception], int, str]] = [
     (TaskNotRetryableError, 409, "not_retryable"),
     (PayloadTooLargeError, 413, "payload_too_large"),
     (PayloadInvalidError, 422, "invalid_payload"),
-    (TaskNotImplementedError, 501, "task_type_not_implemented"),
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
