@@ -32,9 +32,11 @@ async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
 
     client = await connect(settings)
     db = await Database.open(settings)
+    service = TaskQueueService(client, settings, db)
     try:
-        yield TaskQueueService(client, settings, db)
+        yield service
     finally:
+        await service.listed()
         await db.close()
 
 

@@ -87,6 +87,8 @@ class TaskQueueService:
         self.client = client
         self.settings = settings
         self.db = db
+        # Task-list writes of runs started here, in flight (see _list_started).
+        self._listing: set[asyncio.Task[None]] = set()
 
     async def enqueue(
         self,
@@ -154,7 +156,7 @@ class TaskQueueService:
             run_id = (await self._describe(task_id)).run_id
             return TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
         ref = TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
-        await list_started(self.db, ref, document_id=_document_id(model), owner=owner)
+        self._list_started(ref, _document_id(model), owner)
         return ref
 
     async def _run_with_key(self, task_id: str, key: str) -> str | None:
@@ -235,6 +237,7 @@ class TaskQueueService:
                 "Listing tasks reads the task list in the app database: build "
                 "TaskQueueService with a Database"
             )
+        await self.listed()
         return await list_tasks(self.client, self.db, self.settings, flt, limit, after)
 
     async def describe(self, task_id: str) -> tq.TaskDetail:
@@ -303,8 +306,22 @@ class TaskQueueService:
         document_id = desc.typed_search_attributes.get(DOCUMENT_ID_SEARCH_ATTRIBUTE)
         owner = memo.get(OWNER_MEMO)
         owner = owner if isinstance(owner, str) else None
-        await list_started(self.db, ref, document_id=document_id, owner=owner)
+        self._list_started(ref, document_id, owner)
         return ref
+
+    def _list_started(self, ref: TaskRef, document_id: str | None, owner: str | None) -> None:
+        """List a run started here as pending, off the caller's path: awaited, that SQLite
+        write in every upload cut bench.small_docs from 22.3 to 18.9 documents/s (uploads
+        waited on the database's one writer, busy with the worker's event writes)."""
+        task = asyncio.create_task(list_started(self.db, ref, document_id=document_id, owner=owner))
+        self._listing.add(task)
+        task.add_done_callback(self._listing.discard)
+
+    async def listed(self) -> None:
+        """Until the task-list writes of runs started here are done (a listing waits for them;
+        so does a short-lived process before it closes its database)."""
+        if self._listing:
+            await asyncio.gather(*list(self._listing))
 
     async def task_input(self, task_id: str, run_id: str | None = None) -> tuple[Any, str]:
         """A run's input (decoded, not validated) and its task queue, from its first event."""
