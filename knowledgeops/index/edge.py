@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import math
 import os
 import shutil
 import threading
@@ -35,7 +34,6 @@ from qdrant_edge import (
     CountRequest,
     EdgeShard,
     PayloadSelector,
-    Point,
     QuantizationSearchParams,
     Query,
     QueryBatchRequest,
@@ -47,7 +45,6 @@ from qdrant_edge import (
 )
 
 from knowledgeops.index.edge_collection import (
-    META,
     Collection,
     Handle,
     Partition,
@@ -60,9 +57,12 @@ from knowledgeops.index.edge_mapping import (
     BuildSettings,
     dense_of,
     edge_filter,
+    edge_point,
+    id_order,
     read_payload,
     shard_config,
     stored_payload,
+    undersampled,
 )
 from knowledgeops.index.engine import (
     INDEXED_FIELDS,
@@ -224,7 +224,7 @@ class EdgeEngine(Engine):
             part = coll.partition_of(str(owner) if owner is not None else p.id)
             by_part.setdefault(part.number, []).append(p)
         for number, part_points in by_part.items():
-            structs = [_point(coll.kind, p) for p in part_points]
+            structs = [edge_point(coll.kind, p) for p in part_points]
             coll.parts[number].write(
                 UpdateOperation.upsert_points(structs), [p.id for p in part_points]
             )
@@ -292,7 +292,7 @@ class EdgeEngine(Engine):
         for part in self._get(name).parts:
             with part.reading() as shard:
                 merged.extend(shard.scroll(request)[0])
-        merged.sort(key=lambda r: _id_order(r.id))
+        merged.sort(key=lambda r: id_order(r.id))
         out = [
             Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
             for r in merged[:limit]
@@ -315,7 +315,7 @@ class EdgeEngine(Engine):
             requests.append(QueryRequest(limit=spec.limit, query=query, filter=f, params=params))
         parts = self._get(name).parts
         if len(parts) > 1:
-            requests = [_undersampled(r, len(parts)) for r in requests]
+            requests = [undersampled(r, len(parts)) for r in requests]
 
         def ask(part: Partition) -> list[list[Any]]:
             with part.reading() as shard:
@@ -371,52 +371,6 @@ class EdgeEngine(Engine):
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
-
-
-def read_alias(root: Path, alias: str) -> tuple[str, dict[str, Any]] | None:
-    """The collection an alias names and its metadata, read from the files of an embedded
-    index another process has open (both are replaced atomically, so never read half
-    written): what a worker that does not own the index needs of it. None: no such alias."""
-    try:
-        name = json.loads((root / "aliases.json").read_text()).get(alias)
-        if name is None:
-            return None
-        meta = json.loads((root / "collections" / name / META).read_text())
-    except FileNotFoundError:
-        return None
-    return str(name), dict(meta.get("metadata") or {})
-
-
-def _undersampled(request: QueryRequest, partitions: int) -> QueryRequest:
-    """Each partition asked for fewer than the whole query's limit: how many of the best
-    `limit` one partition holds is binomial (points are spread by a hash of their id), so the
-    mean plus four standard deviations misses one of them about once in 30,000 queries, and a
-    miss costs a candidate near the bottom of the list. Asking every partition for all of them
-    made a hybrid search (100 candidates a side, each rescored from disk) 3x slower."""
-    k, share = request.limit, 1 / partitions
-    wanted = math.ceil(k * share + 4 * math.sqrt(k * share * (1 - share))) + 1
-    if wanted >= k:
-        return request
-    return QueryRequest(
-        limit=wanted, query=request.query, filter=request.filter, params=request.params
-    )
-
-
-def _point(kind: Kind, p: EnginePoint) -> Point:
-    if kind == Kind.VECTORS:
-        return Point(p.id, p.dense, stored_payload(p.payload))
-    vectors: dict[str, Any] = {"": p.dense}
-    if p.sparse is not None:
-        vectors[SPARSE] = SparseVector(p.sparse.indices, p.sparse.values)
-    return Point(p.id, vectors, stored_payload(p.payload))
-
-
-def _id_order(point_id: object) -> tuple[int, int]:
-    """The engine's order of point ids (numbers first, then UUIDs by value), which its scroll
-    pages follow."""
-    if isinstance(point_id, int):
-        return (0, point_id)
-    return (1, uuid.UUID(str(point_id)).int)
 
 
 def _lock(root: Path) -> IO[str]:

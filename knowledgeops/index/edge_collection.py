@@ -201,3 +201,17 @@ def _remove_unlisted(path: Path, folders: list[str]) -> None:
         for other in d.iterdir():
             if other.is_dir() and other not in keep and other not in parents:
                 shutil.rmtree(other, ignore_errors=True)
+
+
+def read_alias(root: Path, alias: str) -> tuple[str, dict[str, Any]] | None:
+    """The collection an alias names and its metadata, read from the files of an embedded
+    index another process has open (both are replaced atomically, so never read half
+    written): what a worker that does not own the index needs of it. None: no such alias."""
+    try:
+        name = json.loads((root / "aliases.json").read_text()).get(alias)
+        if name is None:
+            return None
+        meta = json.loads((root / "collections" / name / META).read_text())
+    except FileNotFoundError:
+        return None
+    return str(name), dict(meta.get("metadata") or {})

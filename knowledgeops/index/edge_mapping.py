@@ -3,6 +3,8 @@ filters, and the payload as stored (see edge.py for the engine itself)."""
 
 from __future__ import annotations
 
+import math
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +22,14 @@ from qdrant_edge import (
     Memory,
     Modifier,
     PayloadSchemaType,
+    Point,
+    QueryRequest,
     ScalarQuantizationConfig,
     ScalarType,
+    SparseVector,
 )
 
-from knowledgeops.index.engine import SPARSE, Kind, PointFilter
+from knowledgeops.index.engine import SPARSE, EnginePoint, Kind, PointFilter
 
 SCHEMA = {
     "keyword": PayloadSchemaType.Keyword,
@@ -129,3 +134,35 @@ def dense_of(vector: Any) -> list[float] | None:
     if isinstance(vector, dict):
         vector = vector.get("")
     return [float(x) for x in vector] if isinstance(vector, list) else None
+
+
+def undersampled(request: QueryRequest, partitions: int) -> QueryRequest:
+    """Each partition asked for fewer than the whole query's limit: how many of the best
+    `limit` one partition holds is binomial (points are spread by a hash of their document), so the
+    mean plus four standard deviations misses one of them about once in 30,000 queries, and a
+    miss costs a candidate near the bottom of the list. Asking every partition for all of them
+    made a hybrid search (100 candidates a side, each rescored from disk) 3x slower."""
+    k, share = request.limit, 1 / partitions
+    wanted = math.ceil(k * share + 4 * math.sqrt(k * share * (1 - share))) + 1
+    if wanted >= k:
+        return request
+    return QueryRequest(
+        limit=wanted, query=request.query, filter=request.filter, params=request.params
+    )
+
+
+def edge_point(kind: Kind, p: EnginePoint) -> Point:
+    if kind == Kind.VECTORS:
+        return Point(p.id, p.dense, stored_payload(p.payload))
+    vectors: dict[str, Any] = {"": p.dense}
+    if p.sparse is not None:
+        vectors[SPARSE] = SparseVector(p.sparse.indices, p.sparse.values)
+    return Point(p.id, vectors, stored_payload(p.payload))
+
+
+def id_order(point_id: object) -> tuple[int, int]:
+    """The engine's order of point ids (numbers first, then UUIDs by value), which its scroll
+    pages follow."""
+    if isinstance(point_id, int):
+        return (0, point_id)
+    return (1, uuid.UUID(str(point_id)).int)

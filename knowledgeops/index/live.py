@@ -57,7 +57,7 @@ async def live_index(index: VectorIndex, default_model: str) -> LiveIndex:
 def read_live_index(settings: Settings, default_model: str) -> LiveIndex:
     """The live index of the embedded index at INDEX_PATH, read from its files without opening
     it (another process owns it)."""
-    from knowledgeops.index.edge import read_alias
+    from knowledgeops.index.edge_collection import read_alias
 
     found = read_alias(settings.index_path, LIVE_ALIAS)
     if found is None:
