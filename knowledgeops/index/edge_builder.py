@@ -90,7 +90,7 @@ class Builder:
     def _due(self, part: Partition) -> bool:
         if part.dropped or time.monotonic() < self._failed.get(part.name, 0.0):
             return False
-        unindexed, total = part.unindexed(), part.points()
+        unindexed, total = part.counts()
         settings = self.engine.build
         if unindexed >= max(settings.points, settings.growth * (total - unindexed)):
             return True

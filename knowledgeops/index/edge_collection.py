@@ -111,16 +111,19 @@ class Partition:
         number = int(last.rsplit("-", 1)[-1]) + 1
         return f"{parent}/shard-{number}" if parent else f"shard-{number}"
 
-    def unindexed(self) -> int:
-        """Points whose dense vector is not in an HNSW graph yet. Edge counts indexed vectors
-        of both kinds, and the sparse one is indexed as it is written."""
+    def counts(self) -> tuple[int, int]:
+        """(points whose dense vector is not in an HNSW graph yet, points), from one look at
+        the shard. Edge counts indexed vectors of both kinds, and the sparse one is indexed as
+        it is written."""
         with self.reading() as shard:
             info = shard.info()
-        return max(0, 2 * info.points_count - info.indexed_vectors_count)
+        return max(0, 2 * info.points_count - info.indexed_vectors_count), info.points_count
+
+    def unindexed(self) -> int:
+        return self.counts()[0]
 
     def points(self) -> int:
-        with self.reading() as shard:
-            return int(shard.info().points_count)
+        return self.counts()[1]
 
 
 @dataclass
