@@ -31,14 +31,16 @@ from knowledgeops.contracts.report import (
     RenderRequest,
     RenderResult,
 )
-from knowledgeops.reporting import EventTally, ReportData, build_report, knowledge_base
+from knowledgeops.report_data import ReportData
+from knowledgeops.report_render import render_html
+from knowledgeops.reporting import EventTally, build_report, knowledge_base
 from knowledgeops.resources import Resources
 from knowledgeops.stores import reports
 from knowledgeops.stores.file_store import write_atomically as write_atomic
 from knowledgeops.stores.reports import ReportFiles
 
 if TYPE_CHECKING:
-    from knowledgeops.report_render import Draw
+    from knowledgeops.report_charts import Draw
 
 DATA_FILE = "data.json"
 # matplotlib's drawing is not meant for concurrent use: one chart at a time per process.
@@ -95,8 +97,8 @@ class ReportActivities:
             )
         data = ReportData.model_validate_json(raw)
         # matplotlib (~30 MB) loads only in a worker that renders a report, not in every worker.
-        render = await asyncio.to_thread(importlib.import_module, "knowledgeops.report_render")
-        charts_to_draw = render.CHARTS
+        drawing = await asyncio.to_thread(importlib.import_module, "knowledgeops.report_charts")
+        charts_to_draw = drawing.CHARTS
         checkpoint = resume_from(
             RenderCheckpoint(total=len(charts_to_draw)), lambda cp: cp.total == len(charts_to_draw)
         )
@@ -108,7 +110,7 @@ class ReportActivities:
                 # In a thread: drawing is CPU work that would stall heartbeats and polls.
                 charts[name] = await asyncio.to_thread(_chart, work, name, draw, data, reuse)
                 hb.update(RenderCheckpoint(done=i + 1, total=len(charts_to_draw)).model_dump())
-            page = await asyncio.to_thread(render.render_html, data, charts)
+            page = await asyncio.to_thread(render_html, data, charts)
             await asyncio.to_thread(_publish, work, page, html_path, json_path)
         return await asyncio.to_thread(self._result, req.report_id)
 

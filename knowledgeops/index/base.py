@@ -1,0 +1,172 @@
+"""What `VectorIndex` is built on: the engine behind the index's own threads, its collections,
+aliases and metadata, and the calls that treat a collection as plain vectors by id (the
+embedding cache, backup and restore).
+
+Separate from vector_index.py because none of this knows about documents: versions, staging,
+scopes and search are there, written over these calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from knowledgeops.embedding import slug
+from knowledgeops.index import bm25
+from knowledgeops.index.engine import Engine, EnginePoint, Kind
+from knowledgeops.index.points import INDEX_PREFIX, StoredPoint, kind_of, payload_text
+
+T = TypeVar("T")
+
+
+class IndexBase:
+    """Async facade over an engine. Calls run on the index's own threads, so the event loop
+    keeps heartbeating and a busy index never starves the shared default executor (which
+    serves uploads)."""
+
+    def __init__(self, engine: Engine, *, threads: int = 4) -> None:
+        self.engine = engine
+        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="index")
+        self._closers: list[Callable[[], None]] = []
+
+    @property
+    def local(self) -> bool:
+        """Embedded in this process (one process at a time), not a shared server."""
+        return self.engine.local
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        for fn in reversed(self._closers):
+            fn()
+        self._threads.shutdown(wait=True)
+        self.engine.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        # If the caller is cancelled mid-write, wait for the write to land before re-raising,
+        # so cleanup that follows a cancellation never races a write still in flight.
+        task = loop.run_in_executor(self._threads, partial(fn, *args, **kwargs))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            raise
+
+    @staticmethod
+    def collection_name(model_id: str, tag: str = "") -> str:
+        # One collection per embedding model (and per re-index): vectors of different models
+        # never mix. Without an alias (no re-index yet), this is the live collection.
+        return f"{INDEX_PREFIX}{slug(model_id)}" + (f"_{tag}" if tag else "")
+
+    # -- collections, aliases, metadata -----------------------------------------------------
+
+    async def collections(self) -> list[str]:
+        return await self._run(self.engine.collections)
+
+    async def exists(self, collection: str) -> bool:
+        return await self._run(self.engine.exists, collection)
+
+    async def ensure(self, collection: str, dimension: int) -> None:
+        await self._run(self.engine.create, collection, kind_of(collection), dimension)
+
+    async def drop_collection(self, collection: str) -> bool:
+        return await self._run(self.engine.drop, collection)
+
+    async def alias_target(self, alias: str) -> str | None:
+        return await self._run(self.engine.alias, alias)
+
+    async def set_alias(self, alias: str, collection: str | None) -> None:
+        await self._run(self.engine.set_alias, alias, collection)
+
+    async def metadata(self, collection: str) -> dict[str, Any]:
+        return await self._run(self.engine.metadata, collection)
+
+    async def set_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
+        await self._run(self.engine.set_metadata, collection, metadata)
+
+    async def unindexed(self) -> dict[str, int]:
+        """Index collections' points not in a vector index yet (being built meanwhile)."""
+        return await self._run(self.engine.unindexed)
+
+    # -- the embedding cache (vectors by id) ------------------------------------------------
+
+    async def retrieve_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, list[float]]:
+        """Point id -> vector, for the ids that exist."""
+        if not ids or not await self.exists(collection):
+            return {}
+        records = await self._run(
+            partial(self.engine.retrieve, collection, list(ids), payload=False, dense=True)
+        )
+        return {r.id: r.dense for r in records if r.dense is not None}
+
+    async def upsert_vectors(
+        self,
+        collection: str,
+        ids: Sequence[str],
+        vectors: Sequence[Sequence[float]],
+        payloads: Sequence[dict[str, Any]],
+    ) -> None:
+        if not ids:
+            return
+        await self.ensure(collection, len(vectors[0]))
+        points = [
+            EnginePoint(i, list(v), p) for i, v, p in zip(ids, vectors, payloads, strict=True)
+        ]
+        await self._run(self.engine.upsert, collection, points)
+
+    # -- backup and restore -----------------------------------------------------------------
+    # A scroll export and an upsert import: the same calls on both engines, so an archive
+    # restores into either. Sparse vectors are not exported: they are made again from the text.
+
+    async def vector_params(self, collection: str) -> tuple[int, str]:
+        """(vector size, distance name) of a collection."""
+        return await self._run(self.engine.dimension, collection), "Cosine"
+
+    async def export_points(
+        self, collection: str, offset: int | str | None, limit: int
+    ) -> tuple[list[StoredPoint], int | str | None]:
+        """One page of points (id order) with vectors and payloads, and the next offset."""
+        records, after = await self._run(
+            partial(
+                self.engine.scroll,
+                collection,
+                None if offset is None else str(offset),
+                limit,
+                fields=None,
+                dense=True,
+            )
+        )
+        points = []
+        for r in records:
+            if r.dense is None:
+                raise ValueError(f"point {r.id} of {collection} has no dense vector")
+            points.append(StoredPoint(r.id, r.dense, r.payload))
+        return points, after
+
+    async def import_points(
+        self, collection: str, dimension: int, points: Sequence[StoredPoint]
+    ) -> None:
+        """Upsert exported points as they are (ids, vectors, payloads): nothing is embedded."""
+        await self.ensure(collection, dimension)
+        chunks = kind_of(collection) == Kind.CHUNKS
+
+        def write() -> None:
+            self.engine.upsert(
+                collection,
+                [
+                    EnginePoint(
+                        str(p.id),
+                        p.vector,
+                        p.payload,
+                        bm25.document_vector(payload_text(p.payload)) if chunks else None,
+                    )
+                    for p in points
+                ],
+            )
+
+        await self._run(write)
