@@ -214,16 +214,20 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
 
 
 async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path: Path) -> None:
-    """The embedded engine splits a collection into partitions by document: a document's
-    points are in one, a scroll merges their pages in the engine's id order, a search their
-    hits by score, and a document's count and delete reach only its partition."""
-    engine = EdgeEngine(tmp_path / "index")
+    """A large collection is split into partitions by document: a document's points are in
+    one, a scroll merges their pages in the engine's id order, a search their hits by score,
+    and a document's count and delete reach only its partition."""
+    from knowledgeops.index.edge_builder import Builder
+
+    engine = EdgeEngine(tmp_path / "index", BuildSettings(split_points=300))
     index = VectorIndex(engine)
     c = "chunks_pages"
     try:
         for d in range(12):
             chunks = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(25)]
             await index.upsert(c, f"doc{d}", chunks, [vec(100 * d + i) for i in range(25)])
+        assert len(engine.collection(c).parts) == 1, "one partition until it is large"
+        assert Builder(engine).split(engine.collection(c).parts[0])
         parts = engine.collection(c).parts
         counts = [part.points() for part in parts]
         assert len(counts) > 1 and min(counts) > 0 and sum(counts) == 300, counts
@@ -276,7 +280,7 @@ async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) ->
         assert (await index.unindexed())[c] == n
         builder = Builder(engine)
         parts = engine.collection(c).parts
-        assert len(parts) == BuildSettings().partitions > 1
+        assert len(parts) == 1  # below BuildSettings.split_points
 
         def build_all() -> list[bool]:
             return [builder.build(part) for part in parts]
@@ -307,6 +311,61 @@ async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) ->
         assert await again.count(c, "doc") == n
         folder = tmp_path / "index/collections/chunks_build"
         shards = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/shard-*"))
-        assert shards == [f"p{i}/shard-1" for i in range(len(parts))]
+        assert shards == ["p0/shard-1"]
+    finally:
+        again.close()
+
+
+async def test_a_growing_collection_is_split_while_writes_and_search_go_on(
+    tmp_path: Path,
+) -> None:
+    """One partition while small (BM25's statistics are then the whole collection's); once
+    large, the builder splits it by document: writes, deletes and searches made during the
+    split all hold afterwards, and a restart opens the partitions."""
+    from knowledgeops.index.edge_builder import Builder
+
+    engine = EdgeEngine(tmp_path / "index", BuildSettings(split_points=2_000, idle_points=200))
+    index = VectorIndex(engine)
+    c = "chunks_split"
+    try:
+        for d in range(20):
+            batch = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(150)]
+            await index.upsert(c, f"doc{d}", batch, [vec(1000 * d + i) for i in range(150)])
+        builder = Builder(engine)
+        (part,) = engine.collection(c).parts
+        assert builder._due(part), "3,000 points is past split_points: a split is due"
+        split = asyncio.create_task(asyncio.to_thread(builder.split, part))
+        written = 0
+        while not split.done():
+            i = 100_000 + written
+            await index.upsert(
+                c, f"late{written % 5}", [Chunk(written, f"late {i}", f"l{i}")], [vec(i)]
+            )
+            written += 1
+            if written == 3:
+                assert await index.delete_document(c, "doc3") == 150
+            hits = await index.search(c, 3, vector=vec(1007), mode=SearchMode.DENSE)
+            assert (hits[0].document_id, hits[0].chunk_index) == ("doc1", 7)
+            await asyncio.sleep(0.02)
+        assert await split
+        assert written > 3, "the split must have overlapped the writes"
+        parts = engine.collection(c).parts
+        assert len(parts) == BuildSettings().partitions
+        assert part.moved and not (tmp_path / "index/collections" / c / part.handle.folder).exists()
+        counts = [p.points() for p in parts]
+        assert min(counts) > 0 and sum(counts) == 19 * 150 + written, counts
+        for d in (0, 7, 19):
+            assert await index.count(c, f"doc{d}") == 150
+        assert await index.count(c, "doc3") == 0
+        assert sum([await index.count(c, f"late{k}") for k in range(5)]) == written
+        hits = await index.search(c, 1, vector=vec(19_042), mode=SearchMode.DENSE)
+        assert (hits[0].document_id, hits[0].chunk_index) == ("doc19", 42)
+        assert (await index.unindexed())[c] <= written
+    finally:
+        index.close()
+    again = EdgeEngine(tmp_path / "index")
+    try:
+        assert len(again.collection(c).parts) == BuildSettings().partitions
+        assert await VectorIndex(again).count(c, "doc7") == 150
     finally:
         again.close()

@@ -32,7 +32,6 @@ from typing import IO, Any
 
 from qdrant_edge import (
     CountRequest,
-    EdgeShard,
     PayloadSelector,
     QuantizationSearchParams,
     Query,
@@ -49,23 +48,23 @@ from knowledgeops.index.edge_collection import (
     Handle,
     Partition,
     load_collection,
+    route,
+    route_key,
     write_json,
 )
 from knowledgeops.index.edge_mapping import (
-    FLAG,
-    SCHEMA,
     BuildSettings,
     dense_of,
     edge_filter,
     edge_point,
     id_order,
+    new_shard,
     read_payload,
     shard_config,
     stored_payload,
     undersampled,
 )
 from knowledgeops.index.engine import (
-    INDEXED_FIELDS,
     SPARSE,
     Engine,
     EnginePoint,
@@ -145,28 +144,11 @@ class EdgeEngine(Engine):
             path = self._dir / name
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir()
-            # The embedding cache is never built, so it gains nothing from partitions.
-            count = self.build.partitions if kind == Kind.CHUNKS else 1
-            folders = [f"p{i}/shard-0" for i in range(count)]
-            config = shard_config(kind, dimension, self.build)
-
-            def make(folder: str) -> EdgeShard:
-                (path / folder).parent.mkdir()
-                shard = EdgeShard.create(str(path / folder), config)
-                if kind == Kind.CHUNKS:
-                    for key, schema in INDEXED_FIELDS.items():
-                        typed = SCHEMA["integer" if key == FLAG else schema]
-                        shard.update(UpdateOperation.create_field_index(key, typed))
-                return shard
-
-            # In parallel: creating a shard is mostly file system work (a new collection's
-            # first upsert waited ~60 ms per shard, one after another).
-            shards = list(self._pool.map(make, folders))
+            # One partition until a build splits it (edge_collection.py).
+            folder = "p0/shard-0"
+            shard = new_shard(path / folder, kind, shard_config(kind, dimension, self.build))
             coll = Collection(name, kind, dimension, path)
-            coll.parts = [
-                Partition(coll, i, Handle(shard, folder))
-                for i, (shard, folder) in enumerate(zip(shards, folders, strict=True))
-            ]
+            coll.parts = [Partition(coll, 0, Handle(shard, folder))]
             coll.save()
             self._collections[name] = coll
 
@@ -218,16 +200,20 @@ class EdgeEngine(Engine):
 
     def upsert(self, name: str, points: Sequence[EnginePoint]) -> None:
         coll = self._get(name)
-        by_part: dict[int, list[EnginePoint]] = {}
-        for p in points:
-            owner = p.payload.get("document_id")
-            part = coll.partition_of(str(owner) if owner is not None else p.id)
-            by_part.setdefault(part.number, []).append(p)
-        for number, part_points in by_part.items():
-            structs = [edge_point(coll.kind, p) for p in part_points]
-            coll.parts[number].write(
-                UpdateOperation.upsert_points(structs), [p.id for p in part_points]
-            )
+        while True:  # again only if a split replaced the partitions meanwhile
+            with coll.current() as parts:
+                by_part: dict[int, list[EnginePoint]] = {}
+                for p in points:
+                    number = route(route_key(p.id, p.payload), len(parts))
+                    by_part.setdefault(number, []).append(p)
+                if all(
+                    parts[number].write(
+                        UpdateOperation.upsert_points([edge_point(coll.kind, p) for p in batch]),
+                        [p.id for p in batch],
+                    )
+                    for number, batch in by_part.items()
+                ):
+                    return
 
     def retrieve(
         self, name: str, ids: Sequence[PointId], *, payload: bool, dense: bool
@@ -235,32 +221,37 @@ class EdgeEngine(Engine):
         wanted: list[int | uuid.UUID | str] = list(ids)
         records = []
         # An id does not say its document, so every partition is asked (a lookup each).
-        for part in self._get(name).parts:
-            with part.reading() as shard:
-                records.extend(shard.retrieve(wanted, with_payload=payload, with_vector=dense))
+        with self._get(name).current() as parts:
+            for part in parts:
+                with part.reading() as shard:
+                    records.extend(shard.retrieve(wanted, with_payload=payload, with_vector=dense))
         return [
             Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
             for r in records
         ]
 
-    def _targets(self, name: str, flt: PointFilter | None) -> list[Partition]:
+    @staticmethod
+    def _targets(parts: list[Partition], flt: PointFilter | None) -> list[Partition]:
         """The partitions a filter can match: one document's, or all."""
-        coll = self._get(name)
         if flt is not None and flt.document_id is not None:
-            return [coll.partition_of(flt.document_id)]
-        return coll.parts
+            return [parts[route(flt.document_id, len(parts))]]
+        return parts
 
     def count(self, name: str, flt: PointFilter | None) -> int:
         request = CountRequest(exact=True, filter=edge_filter(flt))
         total = 0
-        for part in self._targets(name, flt):
-            with part.reading() as shard:
-                total += int(shard.count(request))
+        with self._get(name).current() as parts:
+            for part in self._targets(parts, flt):
+                with part.reading() as shard:
+                    total += int(shard.count(request))
         return total
 
     def _write(self, name: str, flt: PointFilter, op: UpdateOperation) -> None:
-        for part in self._targets(name, flt):
-            part.write(op)
+        coll = self._get(name)
+        while True:  # again only if a split replaced the partitions meanwhile
+            with coll.current() as parts:
+                if all(part.write(op) for part in self._targets(parts, flt)):
+                    return
 
     def delete(self, name: str, flt: PointFilter) -> None:
         self._write(name, flt, UpdateOperation.delete_points_by_filter(edge_filter(flt)))
@@ -289,9 +280,10 @@ class EdgeEngine(Engine):
             offset=offset, limit=limit + 1, with_payload=with_payload, with_vector=dense
         )
         merged = []
-        for part in self._get(name).parts:
-            with part.reading() as shard:
-                merged.extend(shard.scroll(request)[0])
+        with self._get(name).current() as parts:
+            for part in parts:
+                with part.reading() as shard:
+                    merged.extend(shard.scroll(request)[0])
         merged.sort(key=lambda r: id_order(r.id))
         out = [
             Record(str(r.id), read_payload(r.payload), dense_of(r.vector) if dense else None)
@@ -313,22 +305,22 @@ class EdgeEngine(Engine):
             else:
                 query, params = Query.Nearest(spec.dense or []), _RESCORED
             requests.append(QueryRequest(limit=spec.limit, query=query, filter=f, params=params))
-        parts = self._get(name).parts
-        if len(parts) > 1:
-            requests = [undersampled(r, len(parts)) for r in requests]
+        with self._get(name).current() as parts:
+            if len(parts) > 1:
+                requests = [undersampled(r, len(parts)) for r in requests]
 
-        def ask(part: Partition) -> list[list[Any]]:
-            with part.reading() as shard:
-                return list(shard.query_batch(QueryBatchRequest(requests)))
+            def ask(part: Partition) -> list[list[Any]]:
+                with part.reading() as shard:
+                    return list(shard.query_batch(QueryBatchRequest(requests)))
 
-        # The partitions answer in parallel: Edge's query releases the interpreter lock.
-        answers = list(self._pool.map(ask, parts)) if len(parts) > 1 else [ask(parts[0])]
+            # The partitions answer in parallel: Edge's query releases the interpreter lock.
+            answers = list(self._pool.map(ask, parts)) if len(parts) > 1 else [ask(parts[0])]
         merged: list[list[Scored]] = [[] for _ in specs]
         for results in answers:
             for out, hits in zip(merged, results, strict=True):
                 out.extend(Scored(str(p.id), float(p.score)) for p in hits)
-        # Each partition ranks its own points (BM25's IDF from its own, which with points
-        # spread by hash differs little, as between a Qdrant server's shards).
+        # Each partition ranks its own points (BM25's IDF from its own: a collection is split
+        # only once large enough for each partition's to be the whole's, within noise).
         return [
             sorted(hits, key=lambda s: s.score, reverse=True)[: spec.limit]
             for hits, spec in zip(merged, specs, strict=True)

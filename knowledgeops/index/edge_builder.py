@@ -16,6 +16,11 @@ worker it would stop every search, heartbeat and Temporal poll. So a build works
 The copy and the built shard are one partition's: the memory a build adds (the built shard
 loaded beside the live one, and the writes replayed onto it) is a partition's, not the index's.
 
+A collection is one partition until a build finds it holding `BuildSettings.split_points`;
+that build splits it instead: the child writes the copy's points into new shards, one per
+partition (by document, as writes route them), and builds each; the logged writes are replayed
+onto them by the same routing, and the new partitions replace the old one in one step.
+
 A crash anywhere leaves the live shard complete (its WAL has every write) and the copy behind,
 which the next start removes. Builds start when enough points are unindexed, or a smaller
 number once nothing was written for a while (`BuildSettings`).
@@ -36,10 +41,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from uuid import UUID
 
-from qdrant_edge import EdgeShard, Point, UpdateOperation
+from qdrant_edge import EdgeShard, Point, Record, ScrollRequest, UpdateOperation
 
 from knowledgeops.index.edge import EdgeEngine
-from knowledgeops.index.edge_collection import Handle, Partition
+from knowledgeops.index.edge_collection import Handle, Partition, route, route_key
+from knowledgeops.index.edge_mapping import new_shard, shard_config
 from knowledgeops.index.engine import Kind
 
 log = logging.getLogger(__name__)
@@ -80,7 +86,11 @@ class Builder:
                 for part in self.engine.partitions():
                     if self._stop.is_set():
                         return
-                    if part.collection.kind == Kind.CHUNKS and self._due(part):
+                    if part.collection.kind != Kind.CHUNKS or not self._due(part):
+                        continue
+                    if self._splits(part):
+                        self.split(part)
+                    else:
                         self.build(part)
             except Exception:
                 # The builder must outlive a bad pass (a collection dropped mid-look, a full
@@ -88,14 +98,22 @@ class Builder:
                 log.exception("index builder pass failed; retrying in %.0f s", CHECK_SECONDS)
 
     def _due(self, part: Partition) -> bool:
-        if part.dropped or time.monotonic() < self._failed.get(part.name, 0.0):
+        if part.dropped or part.moved or time.monotonic() < self._failed.get(part.name, 0.0):
             return False
         unindexed, total = part.counts()
         settings = self.engine.build
-        if unindexed >= max(settings.points, settings.growth * (total - unindexed)):
+        if self._splits(part, total) or unindexed >= max(
+            settings.points, settings.growth * (total - unindexed)
+        ):
             return True
         idle = time.monotonic() - part.last_write >= settings.idle_seconds
         return idle and unindexed >= settings.idle_points
+
+    def _splits(self, part: Partition, total: int | None = None) -> bool:
+        settings = self.engine.build
+        if settings.partitions < 2 or len(part.collection.parts) > 1:
+            return False
+        return (part.points() if total is None else total) >= settings.split_points
 
     def build(self, part: Partition) -> bool:
         """Build `part`'s indexes on a copy and swap it in; False if it was not swapped in
@@ -136,9 +154,91 @@ class Builder:
         )
         return True
 
-    def _optimize_in_child(self, target: Path) -> bool:
+    def split(self, part: Partition) -> bool:
+        """Split a one-partition collection into `BuildSettings.partitions`, built; False if
+        not swapped in (the old partition serves on unchanged)."""
+        started = time.monotonic()
+        coll = part.collection
+        root = coll.path
+        number = int(part.handle.folder.rsplit("-", 1)[-1]) + 1
+        copy = f"split-{number}"
+        folders = [f"p{i}/shard-{number}" for i in range(self.engine.build.partitions)]
+        config = shard_config(coll.kind, coll.dimension, self.engine.build)
+        for folder in [copy, *folders]:
+            shutil.rmtree(root / folder, ignore_errors=True)
+        for folder in folders:
+            new_shard(root / folder, coll.kind, config).close()
+        with part.lock:
+            if part.dropped:
+                return False
+            part.handle.shard.flush()
+            shutil.copytree(root / part.handle.folder, root / copy)
+            part.oplog = []
+        built: list[EdgeShard] = []
+        swapped = False
+        try:
+            if self._optimize_in_child(root / copy, [root / f for f in folders]):
+                built = [EdgeShard.load(str(root / f)) for f in folders]
+                swapped = self._replay_and_replace(part, built, folders)
+        except Exception:
+            self._failed[part.name] = time.monotonic() + FAILED_BACKOFF_SECONDS
+            log.exception("splitting %s failed; it serves on as one partition", part.name)
+        finally:
+            with part.lock:
+                part.oplog = None
+            shutil.rmtree(root / copy, ignore_errors=True)
+        if not swapped:
+            for shard in built:
+                shard.close()
+            for folder in folders:
+                shutil.rmtree(root / folder, ignore_errors=True)
+            return False
+        self.builds += 1
+        log.info(
+            "split %s into %d partitions, built, in %.1f s",
+            coll.name,
+            len(folders),
+            time.monotonic() - started,
+        )
+        return True
+
+    def _replay_and_replace(
+        self, part: Partition, built: list[EdgeShard], folders: list[str]
+    ) -> bool:
+        coll = part.collection
+        applied = 0
+        while True:
+            with part.lock:
+                assert part.oplog is not None
+                pending = part.oplog[applied:]
+                if part.dropped or self._stop.is_set():
+                    return False
+                if len(pending) <= 16:
+                    _replay(pending, part.handle.shard, built)
+                    parts = [
+                        Partition(coll, i, Handle(shard, folder))
+                        for i, (shard, folder) in enumerate(zip(built, folders, strict=True))
+                    ]
+                    old = coll.replace_parts(parts)
+                    break
+            _replay(pending, part.handle.shard, built)
+            applied += len(pending)
+        # Searches that began before the swap finish on the old shard; then it goes.
+        coll.wait_unused(old)
+        part.retire(part.handle)
+        shutil.rmtree(coll.path / part.handle.folder, ignore_errors=True)
+        _release_freed_memory()
+        return True
+
+    def _optimize_in_child(self, target: Path, split_into: Sequence[Path] = ()) -> bool:
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "knowledgeops.index.edge_builder", str(target)],
+            [
+                sys.executable,
+                "-m",
+                "knowledgeops.index.edge_builder",
+                str(target),
+                *map(str, split_into),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -164,10 +264,10 @@ class Builder:
                     return False
                 # The tail is short: replay it with writes paused and swap.
                 if len(pending) <= 16:
-                    _replay(pending, part.handle.shard, built)
+                    _replay(pending, part.handle.shard, [built])
                     old = part.swap(Handle(built, folder))
                     break
-            _replay(pending, part.handle.shard, built)
+            _replay(pending, part.handle.shard, [built])
             applied += len(pending)
         part.retire(old)
         shutil.rmtree(part.collection.path / old.folder, ignore_errors=True)
@@ -184,34 +284,67 @@ def _release_freed_memory() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _replay(ops: Sequence[UpdateOperation | list[str]], live: EdgeShard, built: EdgeShard) -> None:
-    """Apply logged writes to the built copy, in order. An upsert's points are read from the
-    live shard as they are now: a later write to one of them is replayed after it anyway, and
-    every write is idempotent, so the copy ends as the live shard is."""
+def _replay(
+    ops: Sequence[UpdateOperation | list[str]], live: EdgeShard, built: Sequence[EdgeShard]
+) -> None:
+    """Apply logged writes to the built copy (or the shards a split makes of it: upserted
+    points routed as writes route them, other writes, by filter, to each), in order. An
+    upsert's points are read from the live shard as they are now: a later write to one of them
+    is replayed after it anyway, and every write is idempotent, so the copy ends as the live
+    shard is."""
     for op in ops:
         if not isinstance(op, list):
-            built.update(op)
+            for shard in built:
+                shard.update(op)
             continue
         for start in range(0, len(op), _REPLAY_BATCH):
             ids: list[int | UUID | str] = list(op[start : start + _REPLAY_BATCH])
             records = live.retrieve(ids, True, True)
-            points = [Point(r.id, r.vector, r.payload) for r in records if r.vector is not None]
-            if points:  # deleted meanwhile: the delete is in the log too
-                built.update(UpdateOperation.upsert_points(points))
+            # Deleted meanwhile: the delete is in the log too.
+            _upsert_routed(records, built)
 
 
-def _optimize(folder: str) -> None:
-    """The child: index the copy, then leave it closed and flushed for the parent to load."""
+def _upsert_routed(records: Sequence[Record], shards: Sequence[EdgeShard]) -> None:
+    batches: dict[int, list[Point]] = {}
+    for r in records:
+        if r.vector is None:
+            continue
+        number = route(route_key(r.id, r.payload), len(shards))
+        batches.setdefault(number, []).append(Point(r.id, r.vector, r.payload))
+    for number, points in batches.items():
+        shards[number].update(UpdateOperation.upsert_points(points))
+
+
+def _optimize(folder: str, split_into: Sequence[str]) -> None:
+    """The child: index the copy (or split it into the empty shards `split_into` and index
+    those), then leave them closed and flushed for the parent to load."""
     from knowledgeops.process_guard import die_with_parent
 
     die_with_parent()
     with contextlib.suppress(OSError):
         os.nice(10)
     shard = EdgeShard.load(folder)
-    shard.optimize()
-    shard.flush()
+    if not split_into:
+        shard.optimize()
+        shard.flush()
+        shard.close()
+        return
+    parts = [EdgeShard.load(f) for f in split_into]
+    offset: int | UUID | str | None = None
+    while True:
+        request = ScrollRequest(
+            offset=offset, limit=_REPLAY_BATCH, with_payload=True, with_vector=True
+        )
+        records, offset = shard.scroll(request)
+        _upsert_routed(records, parts)
+        if offset is None:
+            break
     shard.close()
+    for part in parts:
+        part.optimize()
+        part.flush()
+        part.close()
 
 
 if __name__ == "__main__":
-    _optimize(sys.argv[1])
+    _optimize(sys.argv[1], sys.argv[2:])

@@ -1,12 +1,17 @@
 """One collection of the embedded engine: its partitions, their shards, and its meta.json.
 
-A chunks collection is split into partitions by document (a stable hash of its id), each one
-Edge shard.
-The split is for the background build (edge_builder.py), which indexes a copy of one shard at
-a time and holds it beside the live one until it is swapped in: with one shard per collection,
-a build at 1M points held two copies of the whole index (3.6 GB of anonymous memory at its
-peak, measured); with four it holds a quarter more, and the writes it must replay are a
-quarter of those made meanwhile. A search asks every partition and merges by score.
+A chunks collection starts as one Edge shard and, once large, is split into partitions by
+document (a stable hash of its id), each one Edge shard. The split is for the background build
+(edge_builder.py), which indexes a copy of one shard at a time and holds it beside the live one
+until it is swapped in: with one shard per collection, a build at 1M points held two copies of
+the whole index (3.6 GB of anonymous memory at its peak, measured); with four it holds a
+quarter more, and the writes it must replay are a quarter of those made meanwhile. A search
+asks every partition and merges by score.
+
+Small collections stay one shard because BM25 weighs a term by its rarity in the shard that
+scores it: spread over four shards, a collection of a few documents ranked by four different
+IDFs (a test's Chinese query found another document first); at 100,000 points each partition's
+statistics are the whole collection's, within noise.
 
 Layout: `collections/<name>/meta.json` names the current shard folder of each partition
 (`p0/shard-3`, ...). Collections made before partitions name one folder (`"shard"`) and load
@@ -32,6 +37,20 @@ from qdrant_edge import EdgeShard, UpdateOperation
 from knowledgeops.index.engine import Kind, PointId
 
 META = "meta.json"
+
+
+def route(key: str, partitions: int) -> int:
+    """The partition of a document's points (`key`: its id; a point without one, its own id).
+    By document, so an upsert batch, a publish or a delete of one document is one write to one
+    shard: spreading each batch over four shards made upserts 45 % slower (measured: a shard's
+    write costs about the same for 64 points as for 256). crc32, not hash(): the same key must
+    land in the same partition in every process."""
+    return zlib.crc32(key.encode()) % partitions if partitions > 1 else 0
+
+
+def route_key(point_id: object, payload: dict[str, Any] | None) -> str:
+    owner = (payload or {}).get("document_id")
+    return str(owner) if owner is not None else str(point_id)
 
 
 def write_json(path: Path, data: object) -> None:
@@ -69,18 +88,24 @@ class Partition:
     last_write: float = 0.0
     dirty: bool = False
     dropped: bool = False
+    # Split into partitions that replaced it: a write that found it before then goes again.
+    moved: bool = False
 
     @property
     def name(self) -> str:
         return f"{self.collection.name}/p{self.number}"
 
-    def write(self, op: UpdateOperation, upserted: list[PointId] | None = None) -> None:
+    def write(self, op: UpdateOperation, upserted: list[PointId] | None = None) -> bool:
+        """Apply a write; False if this partition was split meanwhile (route it again)."""
         with self.lock:
+            if self.moved:
+                return False
             self.handle.shard.update(op)
             if self.oplog is not None:
                 self.oplog.append(upserted if upserted is not None else op)
             self.last_write = time.monotonic()
             self.dirty = True
+        return True
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[EdgeShard]:
@@ -135,6 +160,10 @@ class Collection:
     metadata: dict[str, Any] = field(default_factory=dict)
     parts: list[Partition] = field(default_factory=list)
     _meta_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Operations using each list of partitions (by the list's id): a split closes the shard
+    # it replaced once none still uses it.
+    _users: threading.Condition = field(default_factory=threading.Condition)
+    _in_use: dict[int, int] = field(default_factory=dict)
 
     def attach(self, folders: list[str]) -> None:
         self.parts = [
@@ -142,15 +171,35 @@ class Collection:
             for i, f in enumerate(folders)
         ]
 
-    def partition_of(self, key: str) -> Partition:
-        """The partition of a document's points (`key`: its id; a point without one, its own
-        id). By document, so an upsert batch, a publish or a delete of one document is one
-        write to one shard: spreading each batch over four shards made upserts 45 % slower
-        (measured: a shard's write costs about the same for 64 points as for 256)."""
-        if len(self.parts) == 1:
-            return self.parts[0]
-        # crc32, not hash(): the same key must land in the same partition in every process.
-        return self.parts[zlib.crc32(key.encode()) % len(self.parts)]
+    @contextlib.contextmanager
+    def current(self) -> Iterator[list[Partition]]:
+        """The partitions as they are now, for one operation: a split replaces them, and
+        closes the shard it replaced only once the operations that saw it have ended."""
+        with self._users:
+            parts = self.parts
+            self._in_use[id(parts)] = self._in_use.get(id(parts), 0) + 1
+        try:
+            yield parts
+        finally:
+            with self._users:
+                left = self._in_use.pop(id(parts)) - 1
+                if left:
+                    self._in_use[id(parts)] = left
+                self._users.notify_all()
+
+    def replace_parts(self, new: list[Partition]) -> list[Partition]:
+        """Make `new` the partitions (the caller holds the lock of every current one) and
+        name them in meta.json; the ones replaced, for `wait_unused`."""
+        with self._users:
+            old, self.parts = self.parts, new
+        for part in old:
+            part.moved = True
+        self.save()
+        return old
+
+    def wait_unused(self, parts: list[Partition]) -> None:
+        with self._users:
+            self._users.wait_for(lambda: id(parts) not in self._in_use)
 
     @property
     def dropped(self) -> bool:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from qdrant_edge import (
     Distance,
     EdgeConfig,
     EdgeOptimizersConfig,
+    EdgeShard,
     EdgeSparseVectorParams,
     EdgeVectorParams,
     FieldCondition,
@@ -27,9 +29,10 @@ from qdrant_edge import (
     ScalarQuantizationConfig,
     ScalarType,
     SparseVector,
+    UpdateOperation,
 )
 
-from knowledgeops.index.engine import SPARSE, EnginePoint, Kind, PointFilter
+from knowledgeops.index.engine import INDEXED_FIELDS, SPARSE, EnginePoint, Kind, PointFilter
 
 SCHEMA = {
     "keyword": PayloadSchemaType.Keyword,
@@ -55,9 +58,11 @@ class BuildSettings:
     idle_points: int = 1_000
     # Largest segment the optimizer merges into (points); bounds one build's cost at any size.
     max_segment_points: int = 200_000
-    # Shards a new chunks collection is split into (edge_collection.py): a build holds a copy
-    # of one, so more partitions mean a smaller peak, and more work per search.
+    # Shards a chunks collection is split into once a build finds it holding `split_points`
+    # (edge_collection.py): a build holds a copy of one, so more partitions mean a smaller
+    # peak, and more work per search.
     partitions: int = 4
+    split_points: int = 100_000
 
 
 def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig:
@@ -94,6 +99,17 @@ def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig
             max_segment_size=kb(build.max_segment_points),
         ),
     )
+
+
+def new_shard(folder: Path, kind: Kind, config: EdgeConfig) -> EdgeShard:
+    """An empty shard, with the payload indexes search and maintenance filter by."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    shard = EdgeShard.create(str(folder), config)
+    if kind == Kind.CHUNKS:
+        for key, schema in INDEXED_FIELDS.items():
+            typed = SCHEMA["integer" if key == FLAG else schema]
+            shard.update(UpdateOperation.create_field_index(key, typed))
+    return shard
 
 
 def edge_filter(f: PointFilter | None) -> Filter:
@@ -137,11 +153,14 @@ def dense_of(vector: Any) -> list[float] | None:
 
 
 def undersampled(request: QueryRequest, partitions: int) -> QueryRequest:
-    """Each partition asked for fewer than the whole query's limit: how many of the best
-    `limit` one partition holds is binomial (points are spread by a hash of their document), so the
-    mean plus four standard deviations misses one of them about once in 30,000 queries, and a
-    miss costs a candidate near the bottom of the list. Asking every partition for all of them
-    made a hybrid search (100 candidates a side, each rescored from disk) 3x slower."""
+    """Each partition asked for fewer than the whole query's limit: were the best `limit`
+    points spread independently, how many one partition holds would be binomial, and the mean
+    plus four standard deviations would miss one of them about once in 30,000 queries. Points
+    are spread by document, so one document's chunks crowding the top of a list can exceed
+    that: what is lost is the tail of a partition's list below rank `wanted` (43 of 100 for
+    four partitions), candidates for fusion, never a hit in the top `wanted`. Asking every
+    partition for all of them made a hybrid search (100 candidates a side, each rescored
+    from disk) 3x slower."""
     k, share = request.limit, 1 / partitions
     wanted = math.ceil(k * share + 4 * math.sqrt(k * share * (1 - share))) + 1
     if wanted >= k:
