@@ -213,6 +213,13 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     assert await index.drop_collection(c) and not await index.exists(c)
 
 
+async def _documents(index: VectorIndex, c: str, documents: int, chunks_each: int) -> None:
+    """doc0, doc1, ...; chunk i of document d has the vector vec(1000 * d + i)."""
+    for d in range(documents):
+        batch = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(chunks_each)]
+        await index.upsert(c, f"doc{d}", batch, [vec(1000 * d + i) for i in range(chunks_each)])
+
+
 async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path: Path) -> None:
     """A large collection is split into partitions by document: a document's points are in
     one, a scroll merges their pages in the engine's id order, a search their hits by score,
@@ -223,9 +230,7 @@ async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path
     index = VectorIndex(engine)
     c = "chunks_pages"
     try:
-        for d in range(12):
-            chunks = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(25)]
-            await index.upsert(c, f"doc{d}", chunks, [vec(100 * d + i) for i in range(25)])
+        await _documents(index, c, 12, 25)
         assert len(engine.collection(c).parts) == 1, "one partition until it is large"
         assert Builder(engine).split(engine.collection(c).parts[0])
         parts = engine.collection(c).parts
@@ -239,7 +244,7 @@ async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path
             if offset is None:
                 break
         assert len(seen) == len(set(seen)) == 300
-        hits = await index.search(c, 5, vector=vec(1123), mode=SearchMode.DENSE)
+        hits = await index.search(c, 5, vector=vec(11_023), mode=SearchMode.DENSE)
         assert (hits[0].document_id, hits[0].chunk_index) == ("doc11", 23)
         scores = [h.score for h in hits]
         assert scores == sorted(scores, reverse=True)
@@ -328,9 +333,7 @@ async def test_a_growing_collection_is_split_while_writes_and_search_go_on(
     index = VectorIndex(engine)
     c = "chunks_split"
     try:
-        for d in range(20):
-            batch = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(150)]
-            await index.upsert(c, f"doc{d}", batch, [vec(1000 * d + i) for i in range(150)])
+        await _documents(index, c, 20, 150)
         builder = Builder(engine)
         (part,) = engine.collection(c).parts
         assert builder._due(part), "3,000 points is past split_points: a split is due"

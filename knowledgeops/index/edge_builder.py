@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from uuid import UUID
 
@@ -206,6 +206,26 @@ class Builder:
         self, part: Partition, built: list[EdgeShard], folders: list[str]
     ) -> bool:
         coll = part.collection
+        parts = [
+            Partition(coll, i, Handle(shard, folder))
+            for i, (shard, folder) in enumerate(zip(built, folders, strict=True))
+        ]
+        replaced: list[list[Partition]] = []
+        if not self._catch_up(part, built, lambda: replaced.append(coll.replace_parts(parts))):
+            return False
+        # Operations that began before the swap finish on the old shard; then it goes.
+        coll.wait_unused(replaced[0])
+        part.retire(part.handle)
+        shutil.rmtree(coll.path / part.handle.folder, ignore_errors=True)
+        _release_freed_memory()
+        return True
+
+    def _catch_up(
+        self, part: Partition, built: list[EdgeShard], swap: Callable[[], object]
+    ) -> bool:
+        """Replay the logged writes onto `built` while writes go on, then the short tail with
+        writes paused, and `swap` before they resume; False if the partition was dropped or
+        the builder stopped meanwhile."""
         applied = 0
         while True:
             with part.lock:
@@ -215,20 +235,10 @@ class Builder:
                     return False
                 if len(pending) <= 16:
                     _replay(pending, part.handle.shard, built)
-                    parts = [
-                        Partition(coll, i, Handle(shard, folder))
-                        for i, (shard, folder) in enumerate(zip(built, folders, strict=True))
-                    ]
-                    old = coll.replace_parts(parts)
-                    break
+                    swap()
+                    return True
             _replay(pending, part.handle.shard, built)
             applied += len(pending)
-        # Searches that began before the swap finish on the old shard; then it goes.
-        coll.wait_unused(old)
-        part.retire(part.handle)
-        shutil.rmtree(coll.path / part.handle.folder, ignore_errors=True)
-        _release_freed_memory()
-        return True
 
     def _optimize_in_child(self, target: Path, split_into: Sequence[Path] = ()) -> bool:
         self._child = subprocess.Popen(
@@ -254,21 +264,10 @@ class Builder:
         return True
 
     def _replay_and_swap(self, part: Partition, built: EdgeShard, folder: str) -> bool:
-        applied = 0
-        while True:
-            with part.lock:
-                assert part.oplog is not None
-                pending = part.oplog[applied:]
-                if part.dropped or self._stop.is_set():
-                    built.close()
-                    return False
-                # The tail is short: replay it with writes paused and swap.
-                if len(pending) <= 16:
-                    _replay(pending, part.handle.shard, [built])
-                    old = part.swap(Handle(built, folder))
-                    break
-            _replay(pending, part.handle.shard, [built])
-            applied += len(pending)
+        old = part.handle
+        if not self._catch_up(part, [built], lambda: part.swap(Handle(built, folder))):
+            built.close()
+            return False
         part.retire(old)
         shutil.rmtree(part.collection.path / old.folder, ignore_errors=True)
         _release_freed_memory()

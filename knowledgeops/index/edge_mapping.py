@@ -62,7 +62,7 @@ class BuildSettings:
     # (edge_collection.py): a build holds a copy of one, so more partitions mean a smaller
     # peak, and more work per search.
     partitions: int = 4
-    split_points: int = 100_000
+    split_points: int = 20_000
 
 
 def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig:
