@@ -24,12 +24,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from knowledgeops import metrics, tracing
+from knowledgeops.backup_export import backup_store
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
 from knowledgeops.setting_values import parse_pools
-from knowledgeops.settings import Settings, SettingsError, load_settings
+from knowledgeops.settings import Settings, SettingsError
+from knowledgeops.settings_loading import load_settings
 from knowledgeops.task_types import (
     COMMON_ACTIVITY_CLASSES,
     POOLS,
@@ -162,6 +164,9 @@ async def run_worker(
     """Workers of `pools` (None: WORKER_POOLS; every pool unless set), and the API when this
     process owns the embedded index, until `stop`."""
     pools = list(pools) if pools is not None else parse_pools(settings.worker_pools.split(","))
+    if Pool.MAINTENANCE in pools and (backups := backup_store(settings)) is not None:
+        # A wrong BACKUP_URL or key stops start-up, not the first backup at 3 a.m.
+        await backups.check()
     client = await connect(settings, sdk_metrics=True)
     await ensure_search_attributes(client, settings.temporal_namespace)
     await ensure_schedules(client, settings)

@@ -40,15 +40,18 @@ from knowledgeops.backup_archive import (
     sha256_file,
     write_points,
 )
+from knowledgeops.backup_export import backup_store, export_key, is_export_key, write_export
 from knowledgeops.contracts.backup import (
     APPLY_RETENTION,
     BACKUP_DATABASE,
     BACKUP_FILES,
     BACKUP_INDEX,
     DISCARD_BACKUP,
+    EXPORT_BACKUP,
     WRITE_MANIFEST,
     BackupStageRequest,
     DatabaseBackupResult,
+    ExportResult,
     FilesBackupResult,
     FilesCheckpoint,
     IndexBackupResult,
@@ -59,6 +62,7 @@ from knowledgeops.contracts.backup import (
 )
 from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources
+from knowledgeops.storage.store import StorageConfigError
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import (
     LISTING,
@@ -224,6 +228,37 @@ class BackupActivities:
         async with Heartbeater():
             parts = await asyncio.to_thread(_write_manifest, folder, req)
         return ManifestResult(path=str(folder.resolve()), parts=parts)
+
+    @activity.defn(name=EXPORT_BACKUP.name)
+    async def export_backup(self, req: BackupStageRequest) -> ExportResult:
+        """The archive as one file at BACKUP_URL, then the exports there past BACKUP_KEEP
+        removed. Written whole and uploaded in one put, so a retry starts over and a reader
+        never sees part of one."""
+        store = backup_store(self.settings)
+        if store is None:
+            return ExportResult(url=None, bytes=0, removed=[])
+        folder = self.settings.backups_dir / req.archive
+        out = self.settings.backups_dir / f".{export_key(req.archive)}"
+        hb = Heartbeater({"files": 0})
+        async with hb:
+            try:
+                size = await asyncio.to_thread(
+                    write_export, folder, out, lambda n: hb.note({"files": n})
+                )
+                await store.put_file(export_key(req.archive), out)
+            except StorageConfigError as e:
+                raise bad_input("BackupUrlUnusable", str(e)) from None
+            finally:
+                out.unlink(missing_ok=True)
+            exports = sorted(o.key for o in await store.list("") if is_export_key(o.key))
+            removed = exports[: max(0, len(exports) - self.settings.backup_keep)]
+            for key in removed:
+                await store.delete(key)
+        return ExportResult(
+            url=f"{self.settings.backup_url.rstrip('/')}/{export_key(req.archive)}",
+            bytes=size,
+            removed=removed,
+        )
 
     @activity.defn(name=APPLY_RETENTION.name)
     async def apply_backup_retention(self, req: BackupStageRequest) -> RetentionResult:

@@ -53,6 +53,11 @@ class Heartbeater:
         self._details = details
         self.beat()
 
+    def note(self, details: Any) -> None:
+        """Details for the next periodic beat: callable from a thread (`update` beats at once,
+        which only the event loop's thread may)."""
+        self._details = details
+
     def beat(self) -> None:
         if activity.info().is_local:
             return  # no heartbeat: the workflow task running it is its liveness

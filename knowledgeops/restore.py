@@ -1,4 +1,5 @@
-"""Restore a backup archive: verify every checksum, refuse to mix it into existing data, then
+"""Restore a backup archive (a folder, or an export: a `.tar` here, at a URL or at BACKUP_URL;
+see backup_export.py): verify every checksum, refuse to mix it into existing data, then
 the database, the index points (upserted as exported: no embedding is paid again), the stored
 files and the chunk files.
 
@@ -26,6 +27,7 @@ from knowledgeops.backup_archive import (
     resolve_archive,
     verify,
 )
+from knowledgeops.backup_export import unpacked
 from knowledgeops.index.engine import IndexLockedError, Kind
 from knowledgeops.index.legacy import sync_document_fields
 from knowledgeops.index.live import index_of, remove_alias, switch_live
@@ -109,12 +111,13 @@ async def restore_archive(
     force: bool = False,
     say: Callable[[str], None] = lambda _: None,
 ) -> RestoreReport:
-    archive = resolve_archive(settings, name_or_path)
-    manifest = load_manifest(archive)
-    # Held by a worker? Say so before spending minutes on checksums.
+    # Held by a worker? Say so before spending minutes on downloads and checksums.
     store = _open_index(settings)
     try:
-        return await _restore(settings, archive, manifest, store, force, say)
+        async with unpacked(settings, name_or_path, say) as exported:
+            archive = exported or resolve_archive(settings, name_or_path)
+            manifest = load_manifest(archive)
+            return await _restore(settings, archive, manifest, store, force, say)
     finally:
         store.close()
 

@@ -1,4 +1,5 @@
-"""How the text of some settings is read: webhook URL lists and signing keys, worker pools.
+"""How the text of some settings is read: webhook URL lists and signing keys, tokens, worker
+pools.
 Used by `Settings`' validators and by the code that reads those settings."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from knowledgeops.task_spec import Pool
 
@@ -17,6 +19,41 @@ NO_WEBHOOK_SECRET = (
 )
 # The Standard Webhooks specification's smallest recommended key (192 bits).
 WEBHOOK_KEY_MIN_BYTES = 24
+
+
+def check_api_tokens(value: str) -> str:
+    """API_TOKENS: token:caller[:owner], ..."""
+    # Caller and owner end up in 200-character columns (audit actor, document owner).
+    for item in value.split(","):
+        token, _, rest = item.strip().partition(":")
+        caller, _, owner = rest.partition(":")
+        if item.strip() and (len(token) < 16 or len(caller) > 200 or len(owner) > 200):
+            raise ValueError(
+                "each entry is token:caller[:owner] with a token of 16+ characters and "
+                "caller / owner of at most 200 characters"
+            )
+    return value
+
+
+def read_tokens(value: str) -> dict[str, tuple[str, str | None]]:
+    """`token:name[:owner],...` -> token -> (name, owner or None); a name may be empty."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for item in value.split(","):
+        token, _, rest = item.strip().partition(":")
+        name, _, owner = rest.partition(":")
+        if token:
+            out[token] = (name, owner or None)
+    return out
+
+
+def http_url(url: str) -> bool:
+    """An http(s) URL with a host and a usable port, of at most 1000 characters."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        return False
+    return ok and len(url) <= 1000
 
 
 def split_urls(value: str) -> list[str]:

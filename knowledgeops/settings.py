@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from knowledgeops.setting_values import (
     NO_WEBHOOK_SECRET,
+    check_api_tokens,
+    http_url,
     parse_pools,
+    read_tokens,
     split_urls,
     webhook_key,
 )
@@ -166,6 +169,16 @@ class Settings(BaseSettings):
     # Maintenance: backups kept (older ones are removed after a successful backup and by
     # cleanup), retention of domain events and audit records (audit kept longest).
     backup_keep: int = Field(default=7, ge=1, le=1000, alias="BACKUP_KEEP")
+    # Where every finished backup is also written as one self-contained archive
+    # (`<archive>.tar`, restorable on its own; BACKUP_KEEP of them kept): empty: nowhere but
+    # the backups folder; s3://bucket/prefix (S3-compatible storage, the AWS_* settings) or
+    # file:///absolute/folder (e.g. a mounted share).
+    backup_url: str = Field(default="", alias="BACKUP_URL")
+    # S3-compatible storage: its endpoint (empty: AWS S3), credentials and region.
+    aws_endpoint_url: str = Field(default="", alias="AWS_ENDPOINT_URL")
+    aws_access_key_id: str = Field(default="", alias="AWS_ACCESS_KEY_ID")
+    aws_secret_access_key: str = Field(default="", alias="AWS_SECRET_ACCESS_KEY", repr=False)
+    aws_region: str = Field(default="", alias="AWS_REGION")
     event_retention_days: int = Field(default=90, ge=1, alias="EVENT_RETENTION_DAYS")
     audit_retention_days: int = Field(default=730, ge=1, alias="AUDIT_RETENTION_DAYS")
     # Cron expressions (UTC) of the maintenance schedules; empty: no schedule for that type.
@@ -207,27 +220,13 @@ class Settings(BaseSettings):
     @field_validator("api_tokens")
     @classmethod
     def _api_tokens_fit(cls, v: str) -> str:
-        # Caller and owner end up in 200-character columns (audit actor, document owner).
-        for item in v.split(","):
-            token, _, rest = item.strip().partition(":")
-            caller, _, owner = rest.partition(":")
-            if item.strip() and (len(token) < 16 or len(caller) > 200 or len(owner) > 200):
-                raise ValueError(
-                    "each entry is token:caller[:owner] with a token of 16+ characters and "
-                    "caller / owner of at most 200 characters"
-                )
-        return v
+        return check_api_tokens(v)
 
     @field_validator("webhook_urls")
     @classmethod
     def _webhook_urls_are_http(cls, v: str) -> str:
         for url in split_urls(v):
-            try:
-                parts = urlsplit(url)
-                ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-            except ValueError:
-                ok = False
-            if not ok or len(url) > 1000:
+            if not http_url(url):
                 raise ValueError(
                     f"{url[:100]!r} is not an http(s) URL with a host (of at most 1000 "
                     "characters); give WEBHOOK_URLS as https://host/path,https://other/path"
@@ -237,20 +236,20 @@ class Settings(BaseSettings):
     @field_validator("rerank_url")
     @classmethod
     def _rerank_url_is_http(cls, v: str) -> str:
-        if not v:
-            return v
-        try:
-            parts = urlsplit(v)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-        except ValueError:
-            ok = False
-        if not ok or len(v) > 1000:
+        if v and not http_url(v):
             raise ValueError(
                 "not an http(s) URL with a host (of at most 1000 characters); give RERANK_URL "
                 "as the full endpoint, e.g. http://host:8080/rerank or "
                 "https://api.cohere.com/v2/rerank, or leave it empty for no reranking"
             )
         return v
+
+    @field_validator("backup_url")
+    @classmethod
+    def _backup_url_is_storage(cls, v: str) -> str:
+        from knowledgeops.storage.opening import check_url
+
+        return check_url(v, "BACKUP_URL")
 
     @field_validator("rerank_api_key")
     @classmethod
@@ -281,6 +280,19 @@ class Settings(BaseSettings):
                 f"must be at least EVENT_RETENTION_DAYS ({events}): audit is kept longest"
             )
         return v
+
+    def aws_env(self) -> dict[str, str]:
+        """The AWS_* settings as the S3 store reads them (those set here or in .env)."""
+        return {
+            k: v
+            for k, v in {
+                "AWS_ENDPOINT_URL": self.aws_endpoint_url,
+                "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
+                "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key,
+                "AWS_REGION": self.aws_region,
+            }.items()
+            if v
+        }
 
     @property
     def files_dir(self) -> Path:
@@ -338,22 +350,11 @@ class Settings(BaseSettings):
 
     def admin_operators(self) -> dict[str, str]:
         """token -> operator name."""
-        out: dict[str, str] = {}
-        for item in self.admin_tokens.split(","):
-            token, _, operator = item.strip().partition(":")
-            if token:
-                out[token] = operator or "admin"
-        return out
+        return {t: (name or "admin") for t, (name, _) in read_tokens(self.admin_tokens).items()}
 
     def api_callers(self) -> dict[str, tuple[str, str | None]]:
         """token -> (caller name, owner the token is bound to or None)."""
-        out: dict[str, tuple[str, str | None]] = {}
-        for item in self.api_tokens.split(","):
-            token, _, rest = item.strip().partition(":")
-            caller, _, owner = rest.partition(":")
-            if token:
-                out[token] = (caller or "api", owner or None)
-        return out
+        return {t: (c or "api", owner) for t, (c, owner) in read_tokens(self.api_tokens).items()}
 
     def client_api_token(self) -> str:
         """The token a client of this deployment's API sends (API_TOKEN, else the first)."""
@@ -389,33 +390,3 @@ class Settings(BaseSettings):
 
 class SettingsError(RuntimeError):
     """Raised with a message naming each invalid setting and what is wrong with it."""
-
-
-# Settings whose values are never echoed in an error (tokens, keys, URLs with passwords).
-_SECRET_SETTINGS = frozenset(
-    {
-        "API_TOKENS",
-        "API_TOKEN",
-        "ADMIN_TOKENS",
-        "WEBHOOK_SECRET",
-        "WEBHOOK_URLS",
-        "OPENAI_API_KEY",
-        "QDRANT_API_KEY",
-        "RERANK_API_KEY",
-        "DATABASE_URL",
-    }
-)
-
-
-def load_settings() -> Settings:
-    try:
-        return Settings()
-    except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            name = ".".join(str(p) for p in err["loc"]) or "settings"
-            shown = "'***'" if name.upper() in _SECRET_SETTINGS else repr(err.get("input"))
-            lines.append(f"  {name}={shown}: {err['msg']}")
-        raise SettingsError(
-            "Invalid setting(s); fix the environment or .env and start again:\n" + "\n".join(lines)
-        ) from None

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knowledgeops.settings import Settings, SettingsError, load_settings
+from knowledgeops.settings import Settings, SettingsError
+from knowledgeops.settings_loading import load_settings
 from knowledgeops.task_types import TaskType, spec_for
 from starter.cli_common import actor, follow_and_report, print_status, task_service
 
@@ -106,8 +107,19 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--label", help="recorded in the archive's manifest")
     b.add_argument("--follow", action="store_true", help="show progress until it finishes")
     b.add_argument("--json", action="store_true")
+    b.add_argument(
+        "--export",
+        metavar="ARCHIVE",
+        help="start no backup: write this archive (name or folder) as one self-contained "
+        "file, restorable alone (see --to)",
+    )
+    b.add_argument("--to", metavar="FILE", help="with --export: the file (default ARCHIVE.tar)")
     rs = sub.add_parser("restore", help="restore a backup archive (stop the worker first)")
-    rs.add_argument("archive", help="archive name under the backups folder, or its path")
+    rs.add_argument(
+        "archive",
+        help="archive name under the backups folder (or at BACKUP_URL), its folder, or an "
+        "export: a .tar file or its s3:// / file:// URL",
+    )
     rs.add_argument("--force", action="store_true", help="replace existing data")
     rs.add_argument("--json", action="store_true")
 

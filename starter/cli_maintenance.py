@@ -1,4 +1,5 @@
-"""`knowledgeops backup` (starts BACKUP_EXECUTE like `run` does), `knowledgeops restore
+"""`knowledgeops backup` (starts BACKUP_EXECUTE like `run` does; `--export` writes an archive as
+one file, here), `knowledgeops restore
 ARCHIVE` (runs here, in this process: no worker may run meanwhile; see knowledgeops/restore.py)
 and `knowledgeops reindex` (starts a re-index: starter/reindex.py).
 """
@@ -6,8 +7,10 @@ and `knowledgeops reindex` (starts a re-index: starter/reindex.py).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowledgeops.settings import Settings
@@ -77,6 +80,8 @@ async def _report(
 
 
 async def _backup(args: argparse.Namespace, settings: Settings) -> int:
+    if args.export:
+        return await _export(args.export, args.to, settings)
     async with task_service(settings) as service:
         ref = await service.enqueue(
             TaskType.BACKUP_EXECUTE, {"label": args.label}, requested_by=actor()
@@ -94,6 +99,17 @@ async def _backup(args: argparse.Namespace, settings: Settings) -> int:
                 f"{len(r.get('archives_removed') or [])} old archives removed"
             ),
         )
+
+
+async def _export(name: str, to: str | None, settings: Settings) -> int:
+    from knowledgeops.backup_archive import resolve_archive
+    from knowledgeops.backup_export import export_key, write_export
+
+    archive = resolve_archive(settings, name)
+    out = Path(to or export_key(archive.name))
+    size = await asyncio.to_thread(write_export, archive, out, lambda _: None)
+    print(f"{out}: {archive.name} with its stored and chunk files, {size} bytes")
+    return 0
 
 
 async def _restore(args: argparse.Namespace, settings: Settings) -> int:

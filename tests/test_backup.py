@@ -7,11 +7,6 @@ import asyncio
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,56 +31,16 @@ from knowledgeops.stores import file_store
 from knowledgeops.stores.backups import MANIFEST, list_archives, listed_blobs, pool_dir
 from knowledgeops.stores.embedding_cache import cache_collection
 from starter.search import search
-from tests.conftest import EXAMPLES, PG_URL, ROOT, Env, openai_settings, running_env, settings_env
+from tests.backup_helpers import WAIT, backup, cli, empty_database
+from tests.conftest import EXAMPLES, PG_URL, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
 
-WAIT = 90.0
 QUERIES = [
     "Paragraph 7 of the generated corpus",
     "How does water get into aquifers underground?",
     "harbor market theory garden",
 ]
-
-
-def cli(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "starter.cli", *args],
-        cwd=ROOT,
-        env=settings_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-async def backup(env: Env, **payload: Any) -> dict[str, Any]:
-    ref = await env.service.enqueue("BACKUP_EXECUTE", payload)
-    st = await env.service.wait(ref.task_id, timeout=WAIT)
-    assert st.status == "completed", st.last_error
-    assert st.result is not None
-    return st.result
-
-
-@asynccontextmanager
-async def empty_database(settings: Settings) -> AsyncIterator[str]:
-    """A database URL with nothing in it: SQLite under a new data dir, or a new PostgreSQL db."""
-    if not PG_URL:
-        yield ""
-        return
-    import asyncpg
-
-    name = f"ko_restore_{uuid.uuid4().hex[:12]}"
-    admin = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(admin)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        conn = await asyncpg.connect(admin)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_embedding(

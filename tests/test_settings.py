@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from knowledgeops.settings import Settings, load_settings
+from knowledgeops.settings import Settings
+from knowledgeops.settings_loading import load_settings
 from tests.conftest import HermeticSettings, settings_env
 
 

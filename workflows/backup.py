@@ -1,4 +1,5 @@
-"""BACKUP_EXECUTE: database -> index export -> files into the pool -> manifest -> retention.
+"""BACKUP_EXECUTE: database -> index export -> files into the pool -> manifest -> export to
+BACKUP_URL -> retention.
 
 Every stage is an activity writing into the archive folder `backups/<UTC time>-<run>`; only
 the archive's name and counts pass through here. The manifest is written last, so until it
@@ -23,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         BACKUP_FILES,
         BACKUP_INDEX,
         DISCARD_BACKUP,
+        EXPORT_BACKUP,
         WRITE_MANIFEST,
         BackupExecutePayload,
         BackupResult,
@@ -77,6 +79,11 @@ class BackupExecuteWorkflow(TaskWorkflow[BackupExecutePayload, BackupResult]):
             ),
         )
         # The archive is complete now (the discard never removes an archive with a manifest).
+        exported = None
+        # Runs started before exports existed replay without the step.
+        if workflow.patched("backup-export"):
+            self.stage("export")
+            exported = await self.activity(EXPORT_BACKUP, req)
         self.stage("retention")
         retention = await self.activity(APPLY_RETENTION, req)
         items = index.points + files.stored_files + files.chunk_files
@@ -99,4 +106,6 @@ class BackupExecuteWorkflow(TaskWorkflow[BackupExecutePayload, BackupResult]):
             archives_removed=retention.archives_removed,
             blobs_removed=retention.blobs_removed,
             duration_seconds=round((workflow.now() - info.start_time).total_seconds(), 3),
+            exported_to=exported.url if exported else None,
+            export_bytes=exported.bytes if exported else 0,
         )

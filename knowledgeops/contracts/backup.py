@@ -94,6 +94,14 @@ class ManifestResult(BaseModel):
     parts: int  # checksummed parts (database, index parts, listing)
 
 
+class ExportResult(BaseModel):
+    """The archive as one file at BACKUP_URL (backup_export.py)."""
+
+    url: str | None  # where it went; None: BACKUP_URL is not set
+    bytes: int
+    removed: list[str]  # exports there past BACKUP_KEEP, removed
+
+
 class RetentionResult(BaseModel):
     archives_removed: list[str]
     abandoned_removed: list[str]
@@ -119,6 +127,10 @@ class BackupResult(BaseModel):
     archives_removed: list[str]
     blobs_removed: int
     duration_seconds: float
+    # The self-contained copy at BACKUP_URL (none when unset, or for a run of a version
+    # before exports).
+    exported_to: str | None = None
+    export_bytes: int = 0
 
 
 BACKUP_DATABASE: ActivityRef[BackupStageRequest, DatabaseBackupResult] = ActivityRef(
@@ -132,6 +144,9 @@ BACKUP_FILES: ActivityRef[BackupStageRequest, FilesBackupResult] = ActivityRef(
 )
 WRITE_MANIFEST: ActivityRef[ManifestRequest, ManifestResult] = ActivityRef(
     "write_backup_manifest", ManifestRequest, ManifestResult
+)
+EXPORT_BACKUP: ActivityRef[BackupStageRequest, ExportResult] = ActivityRef(
+    "export_backup", BackupStageRequest, ExportResult
 )
 APPLY_RETENTION: ActivityRef[BackupStageRequest, RetentionResult] = ActivityRef(
     "apply_backup_retention", BackupStageRequest, RetentionResult

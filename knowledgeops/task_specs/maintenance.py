@@ -13,6 +13,7 @@ from knowledgeops.contracts.backup import (
     BACKUP_FILES,
     BACKUP_INDEX,
     DISCARD_BACKUP,
+    EXPORT_BACKUP,
     WRITE_MANIFEST,
     BackupExecutePayload,
     BackupResult,
@@ -76,6 +77,13 @@ SPECS: list[TaskSpec] = [
                 start_to_close=timedelta(hours=1),
                 heartbeat_timeout=timedelta(seconds=60),
                 retry_policy=_retry(5),
+            ),
+            # Writes the archive into one file and uploads it; redone whole on retry (an
+            # object store has no append).
+            EXPORT_BACKUP.name: ActivityOptions(
+                start_to_close=timedelta(hours=4),
+                heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=_retry(5, initial=10.0),
             ),
             APPLY_RETENTION.name: ActivityOptions(
                 start_to_close=timedelta(minutes=30),

