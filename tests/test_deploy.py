@@ -38,6 +38,8 @@ def test_the_stack_has_every_service_pinned_and_on_loopback() -> None:
         "temporal-setup",
         "temporal-ui",
         "qdrant",
+        "s3",
+        "s3-setup",
         "api",
         *(f"worker-{pool.value}" for pool in Pool),
     }
@@ -55,7 +57,13 @@ def test_no_password_is_written_down_and_every_variable_is_documented() -> None:
     documented = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.M))
     used = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", text))
     assert sorted(used - documented) == [], "variables not in deploy/compose.env.example"
-    for secret in ("POSTGRES_PASSWORD", "APP_DB_PASSWORD", "QDRANT_API_KEY", "API_TOKENS"):
+    for secret in (
+        "POSTGRES_PASSWORD",
+        "APP_DB_PASSWORD",
+        "QDRANT_API_KEY",
+        "API_TOKENS",
+        "S3_SECRET_KEY",
+    ):
         assert re.search(rf"^{secret}=$", ENV_EXAMPLE.read_text(), re.M), f"{secret} has a value"
         assert f"${{{secret}:?" in text, f"{secret} is not required by the stack"
     assert not re.search(r"(PASSWORD|PWD|API_KEY): [^$\s]", text), "a literal secret"
@@ -95,7 +103,7 @@ def test_docker_compose_config_accepts_the_stack(tmp_path: Path) -> None:
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
     env = ENV_EXAMPLE.read_text()
-    for secret in ("POSTGRES_PASSWORD", "APP_DB_PASSWORD", "QDRANT_API_KEY"):
+    for secret in ("POSTGRES_PASSWORD", "APP_DB_PASSWORD", "QDRANT_API_KEY", "S3_SECRET_KEY"):
         env = env.replace(f"{secret}=\n", f"{secret}=a-test-secret\n")
     env = env.replace("API_TOKENS=\n", "API_TOKENS=a-test-token-0123456789:ops\n")
     (tmp_path / ".env").write_text(env)
