@@ -135,41 +135,46 @@ class ImportActivities:
     @activity.defn(name=PUBLISH_VERSION.name)
     async def publish_version(self, req: VersionRequest) -> PublishResult:
         """Search switches to this version's points; then its chunk files become the live ones
-        (the previous version's are removed). A re-index's version: its chunk files only
-        once its collection is the live index."""
+        (the previous version's are removed). How, `req.purpose` says (see VersionPurpose)."""
         chunks_dir = self.settings.chunks_dir
+        doc = req.document_id
         async with Heartbeater():
             live = (await self.resources.live_index()).collection
             collection = req.collection or live
-            doc = req.document_id
-            if req.rebuild and not await self._still_the_source(req):
-                # Changed or deleted while it was rebuilt: this rebuild is stale (a concurrent
-                # import publishes its own version; a delete must not be undone).
-                await self.resources.store.discard_version(
-                    collection, doc, req.version, staged_only=False
-                )
-                if req.version != req.source:
-                    await asyncio.to_thread(chunk_store.discard, chunks_dir, doc, req.version)
-                return PublishResult(stale_removed=0, live=True)
-            # The only version the document ever had: no other can have points to delete.
-            first = req.only_version or (
-                not req.rebuild
-                and not req.again
-                and chunk_store.only_version(chunks_dir, doc, req.version)
-            )
+            if req.purpose == "rebuild":
+                assert req.source is not None  # checked by the request's validator
+                if not await self._still_the_source(doc, req.source):
+                    # Changed or deleted while it was rebuilt: this rebuild is stale (a
+                    # concurrent import publishes its own version; a delete must not be undone).
+                    await self.resources.store.discard_version(
+                        collection, doc, req.version, staged_only=False
+                    )
+                    if req.version != req.source:  # not the live version's own files
+                        await asyncio.to_thread(chunk_store.discard, chunks_dir, doc, req.version)
+                    return PublishResult(stale_removed=0, live=True)
+                first = req.first_round
+                # Its files once its collection is live, replacing only the version it was
+                # built from: an import of the document may be writing its own meanwhile.
+                files, previous_only = collection == live, True
+            elif req.purpose == "import":
+                # The only version the document ever had: no other can have points to delete.
+                first = chunk_store.only_version(chunks_dir, doc, req.version)
+                files, previous_only = True, False
+            else:  # "import_again": the new live index may hold a rebuild's version
+                first, files, previous_only = False, True, False
             stale = await self.resources.store.publish(
                 collection, doc, req.version, staged=req.staged, others=not first
             )
-            if not req.rebuild or collection == live:
+            if files:
                 await asyncio.to_thread(
                     partial(
                         chunk_store.publish,
                         chunks_dir,
-                        req.document_id,
+                        doc,
                         req.version,
-                        previous_only=req.rebuild,
-                        # Checked above: no other version's files to look for (a scan of the
-                        # whole chunk folder, 2 % of the worker's CPU at 2,000 documents).
+                        previous_only=previous_only,
+                        # Known: no other version's files to look for (a scan of the whole
+                        # chunk folder, 2 % of the worker's CPU at 2,000 documents).
                         only_version=first,
                     )
                 )
@@ -177,17 +182,15 @@ class ImportActivities:
             still_live = collection == (await self.resources.live_index()).collection
         return PublishResult(stale_removed=stale, live=still_live)
 
-    async def _still_the_source(self, req: VersionRequest) -> bool:
-        chunks_dir = self.settings.chunks_dir
-        live = await asyncio.to_thread(chunk_store.live_version, chunks_dir, req.document_id)
-        return (live or "") == (req.source or "") and await self.catalogue.get(
-            req.document_id
-        ) is not None
+    async def _still_the_source(self, doc: str, source: str) -> bool:
+        live = await asyncio.to_thread(chunk_store.live_version, self.settings.chunks_dir, doc)
+        return (live or "") == source and await self.catalogue.get(doc) is not None
 
     @activity.defn(name=DISCARD_VERSION.name)
     async def discard_version(self, req: VersionRequest) -> DiscardResult:
-        """What a failed or cancelled import wrote: its staged points, chunk and section
-        files. The live version is never touched."""
+        """What a failed or cancelled import or rebuild wrote: its staged points, chunk and
+        section files. The live version is never touched. The same for every purpose: whether
+        the version was published and whether its collection is live say what goes."""
         chunks_dir = self.settings.chunks_dir
         async with Heartbeater():
             live = (await self.resources.live_index()).collection

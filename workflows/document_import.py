@@ -125,7 +125,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
         info = workflow.info()
         # The same for every run of this task's chain (a retry, an operator's reset).
         version = (info.first_execution_run_id or info.run_id).replace("-", "")
-        mine = VersionRequest(document_id=doc, version=version)
+        mine = VersionRequest(document_id=doc, version=version, purpose="import")
         # A small document runs its steps as local activities: each takes milliseconds, and
         # the whole import is then one workflow task instead of six plus five activity tasks
         # (docs/benchmarks.md, "Many small documents"). Bigger files keep queued activities,
@@ -177,7 +177,7 @@ class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportR
             )
             if published.live:
                 break
-            mine = mine.model_copy(update={"again": True})
+            mine = mine.model_copy(update={"purpose": "import_again"})
             # A re-index switched the live index meanwhile: go again into the new one (its
             # model may differ; what it already has costs nothing).
         return DocumentImportResult(

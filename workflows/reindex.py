@@ -80,9 +80,9 @@ async def rebuild_document(
         document_id=doc,
         version=prep.version,
         collection=target.collection,
-        rebuild=True,
-        only_version=target.first,
+        purpose="rebuild",
         source=prep.source,
+        first_round=target.first,
     )
     wf.on_failure("staged_discarded", lambda: wf.activity(DISCARD_VERSION, mine))
     if prep.rechunk:

@@ -6,7 +6,15 @@ as a document id plus an index range. Never put document text into these models.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from knowledgeops.contracts.base import ActivityRef, Checkpoint
 
@@ -130,25 +138,78 @@ class UpsertResult(BaseModel):
     staged: bool = True
 
 
+# Whose version a PUBLISH_VERSION / DISCARD_VERSION request is about: it decides how the
+# version is published (discard is the same for all).
+# - "import": an import's, into the live index it chose.
+# - "import_again": the same import going again into a new live index (a re-index switched
+#   during it): that collection may hold a re-index's version of the document, so publish
+#   looks for other versions whatever the chunk store says.
+# - "rebuild": a re-index's, into its new collection: discarded at publish if the document
+#   changed or was deleted meanwhile; its chunk files become the live ones only once that
+#   collection is the live index (until then readers of chunk files keep the live version's).
+VersionPurpose = Literal["import", "import_again", "rebuild"]
+# The flags that said the purpose before `purpose` existed.
+_PURPOSE_FLAGS = ("rebuild", "again", "only_version")
+
+
 class VersionRequest(BaseModel):
     document_id: str
     version: str
     # The collection the version's points were written to; None: the live index's.
     collection: str | None = None
-    # A re-index's version: its chunk files become the live ones only once its collection is
-    # the live index (until then, readers of chunk files keep the live version's).
-    rebuild: bool = False
-    # What the upsert step wrote: staged or not (publish skips unstaging if not).
+    purpose: VersionPurpose
+    # What the upsert step reported: whether it wrote the points staged (publish skips
+    # unstaging if not).
     staged: bool = True
-    # The caller knows the collection holds no other version of the document (a re-index's
-    # build round): publish does not look for one.
-    only_version: bool = False
-    # An import going again into a new live index: the collection may hold a re-index's
-    # version of the document, so publish looks for other versions whatever the chunk store says.
-    again: bool = False
-    # A rebuild: the live version it was built from. If the document changed or was deleted
-    # meanwhile, the rebuild is discarded at publish (the catch-up takes the new version).
+    # A rebuild's: the live version it was built from ("": a document stored before versions
+    # existed). If the live version is no longer this one, or the document is gone, the
+    # rebuild is discarded at publish (the catch-up takes the new version).
     source: str | None = None
+    # A rebuild's: the re-index's build round, so its collection holds no other version of
+    # the document and publish does not look for one.
+    first_round: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flags(cls, data: Any) -> Any:
+        """A request scheduled by code from before `purpose` (a task still running) said it
+        with flags: decoded here to the same meaning. Beside a `purpose` they are ignored
+        (`_with_flags` writes them)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        rebuild, again, only_version = (bool(data.pop(k, False)) for k in _PURPOSE_FLAGS)
+        if "purpose" in data:
+            return data
+        data["purpose"] = "rebuild" if rebuild else "import_again" if again else "import"
+        if only_version:
+            data["first_round"] = True  # only ever a rebuild's: refused below otherwise
+        if rebuild and data.get("source") is None:
+            data["source"] = ""  # how the old publish read a rebuild with no source
+        return data
+
+    @model_validator(mode="after")
+    def _purpose_data(self) -> VersionRequest:
+        if self.purpose == "rebuild":
+            if self.source is None:
+                raise ValueError(
+                    "a rebuild needs its source: the live version it was built from "
+                    "('' for a document stored before versions existed)"
+                )
+        elif self.source is not None or self.first_round:
+            raise ValueError(f"source and first_round are a rebuild's, not an {self.purpose}'s")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _with_flags(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Also the old flags, for a worker still on the code before `purpose` while workers
+        are rolled (docs/operations.md): it ignores `purpose` and would publish a rebuild as
+        an import. Goes with `_from_flags` once no such worker or task can be left."""
+        data: dict[str, Any] = handler(self)
+        data["rebuild"] = self.purpose == "rebuild"
+        data["again"] = self.purpose == "import_again"
+        data["only_version"] = self.first_round
+        return data
 
 
 class PublishResult(BaseModel):
