@@ -58,10 +58,8 @@ from starter.task_models import (
     memo_progress,
     with_eta,
 )
+from starter.task_presentation import document_id_of, one_line, web_ui_details
 from starter.task_queries import is_pending, status_name
-
-# Memo key: the owner a task belongs to (an owner-bound API token sees only its owner's tasks).
-
 
 # Every task id this code makes (after the deployment prefix) starts with one of these: a
 # document's import, or a type's own name (random, idempotency-key and scheduled ids alike).
@@ -139,11 +137,11 @@ class TaskQueueService:
                 task_queue=self.settings.queue(spec.task_queue.value),
                 execution_timeout=spec.execution_timeout,
                 search_attributes=task_search_attributes(
-                    spec.task_type, document_id=_document_id(model), owner=owner
+                    spec.task_type, document_id=document_id_of(model), owner=owner
                 ),
                 memo={k: v for k, v in memo.items() if v},
-                static_summary=_one_line(summary or spec.summary),
-                static_details=_details(spec, model, requested_by, owner),
+                static_summary=one_line(summary or spec.summary),
+                static_details=web_ui_details(spec, model, requested_by, owner),
                 # A duplicate submission while the task runs joins it instead of doubling it.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=reuse,
@@ -156,7 +154,7 @@ class TaskQueueService:
             run_id = (await self._describe(task_id)).run_id
             return TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
         ref = TaskRef(task_id=task_id, run_id=run_id, task_type=spec.task_type)
-        self._list_started(ref, _document_id(model), owner)
+        self._list_started(ref, document_id_of(model), owner)
         return ref
 
     async def _run_with_key(self, task_id: str, key: str) -> str | None:
@@ -375,33 +373,6 @@ def _task_must_exist(task_id: str) -> Iterator[None]:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise TaskNotFoundError(f"No task with id {task_id!r}") from None
         raise
-
-
-def _document_id(payload: BaseModel) -> str | None:
-    value = getattr(payload, "document_id", None)
-    return value if isinstance(value, str) else None
-
-
-def _one_line(text: str) -> str:
-    # The Web UI shows a summary on one line of the workflow list.
-    line = " ".join(text.split())
-    return line if len(line) <= 200 else line[:199] + "…"
-
-
-def _details(
-    spec: TaskSpec, payload: BaseModel, requested_by: str | None, owner: str | None
-) -> str:
-    """The Web UI's details of a task (Markdown): what it is and who asked."""
-    lines = [spec.description]
-    document_id = _document_id(payload)
-    for label, value in (
-        ("Document", document_id),
-        ("Owner", owner),
-        ("Requested by", requested_by),
-    ):
-        if value:
-            lines.append(f"**{label}:** `{value}`")
-    return "\n\n".join(lines)
 
 
 def _carry_memo(memo: Mapping[str, Any]) -> dict[str, Any]:
