@@ -4,22 +4,34 @@ non-retryable failure, and the process stays unharmed. Real HTTP, real parser su
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client
 
-from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.contracts.document_import import PARSE_DOCUMENT, ChunkingOptions
 from knowledgeops.errors import DocumentError
 from knowledgeops.ingest import parse_runner
 from knowledgeops.ingest.parse_runner import ParserFailedError
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import REGISTRY, TaskQueue, TaskType
+from knowledgeops.task_types import REGISTRY, TaskType
+from knowledgeops.temporal import connect
 from tests.conftest import EXAMPLES, running_api
-from tests.helpers import eventually, heavy_markdown, parse_into_chunks
-from worker import plan_queues
+from tests.helpers import (
+    activity_starts,
+    eventually,
+    heavy_markdown,
+    numbered_paragraphs,
+    parse_into_chunks,
+)
 
 try:
     from knowledgeops.ingest.parser_process import ParserLimits
@@ -242,21 +254,116 @@ async def test_parser_child_gets_no_secrets_and_its_stderr_stays_private(
     assert result.total_chunks == 1
 
 
-async def test_parse_waits_for_a_parser_outside_its_attempt_clock(settings: Settings) -> None:
-    """Parses run on a queue of their own whose workers run PARSER_CONCURRENCY at once: a
-    queued parse waits in Temporal (schedule-to-start), which no start-to-close counts."""
-    from knowledgeops.contracts.document_import import CHUNK_DOCUMENT, PARSE_DOCUMENT
-    from knowledgeops.resources import Resources
+async def test_parse_waits_for_a_parser_outside_its_attempt_clock(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While every parser is busy, an import's parse waits in the parse queue for longer than
+    its attempt may run, then runs and succeeds on its first attempt: the wait for a parser is
+    counted by neither its start-to-close nor its heartbeat timeout."""
+    # One parser, and every import's steps through the parse queue (a small document's steps
+    # would run as local activities on the express parser).
+    cfg = settings.model_copy(update={"parser_concurrency": 1, "small_document_bytes": 0})
+    # Parser processes that start the real parser only once `gate` exists: the first parse
+    # holds the one parser for as long as the test wants.
+    gate = tmp_path / "gate"
+    held = (
+        f"import os, sys, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+        "from knowledgeops.ingest import parser_process as p\nsys.exit(p.main(sys.argv[1:]))"
+    )
+    monkeypatch.setattr(parse_runner, "PARSER_COMMAND", [sys.executable, "-c", held])
+    # A short attempt clock for the parse (declared: 30 min, heartbeats within 30 s), so the
+    # wait can outlast it in seconds; its queue and retries stay as declared.
+    imports = REGISTRY[TaskType.DOCUMENT_IMPORT].activities
+    short = dataclasses.replace(
+        imports[PARSE_DOCUMENT.name],
+        start_to_close=timedelta(seconds=3),
+        heartbeat_timeout=timedelta(seconds=2),
+    )
+    docs = [tmp_path / "first.txt", tmp_path / "second.txt"]
+    for i, doc in enumerate(docs):
+        doc.write_text(numbered_paragraphs(3 + i))
+    async with running_api(cfg) as api:
+        client = await connect(api.settings)
+        first = (await api.upload(docs[0]))["task_id"]
+        await eventually(
+            partial(parse_state, client, first),
+            is_state(PendingActivityState.PENDING_ACTIVITY_STATE_STARTED),
+            what="the first import's parse holding the parser",
+        )
+        # Imports started from now on schedule their parse with the short clock.
+        monkeypatch.setitem(imports, PARSE_DOCUMENT.name, short)
+        second = (await api.upload(docs[1]))["task_id"]
+        await eventually(
+            partial(parse_state, client, second),
+            is_state(PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED),
+            what="the second import's parse waiting for a parser",
+        )
+        # The one parser stays busy for longer than the second parse's attempt may run.
+        assert short.heartbeat_timeout is not None
+        longest = max(short.start_to_close, short.heartbeat_timeout)
+        await asyncio.sleep(longest.total_seconds() + 1)
+        gate.touch()
+        for task in (first, second):
+            done = await api.wait_task(task)
+            assert done["status"] == "completed" and done["result"]["total_chunks"] > 0, done
+        clock = await parse_clock(client, second)
+        runs = [(a.activity, a.attempt) for a in await activity_starts(client, second)]
+        timed_out = await history_has(client, second, EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT)
+    # It was scheduled with the short clock, waited longer than that clock for the parser, and
+    # its first attempt ran it: nothing timed out, no retry.
+    assert (clock.start_to_close, clock.heartbeat_timeout) == (
+        short.start_to_close,
+        short.heartbeat_timeout,
+    )
+    assert clock.waited > longest, clock
+    assert [n for a, n in runs if a == PARSE_DOCUMENT.name] == [1], runs
+    assert all(n == 1 for _, n in runs) and not timed_out, runs
 
-    steps = {PARSE_DOCUMENT.name, CHUNK_DOCUMENT.name}  # both run the parser subprocess
-    for name in steps:
-        options = REGISTRY[TaskType.DOCUMENT_IMPORT].activities[name]
-        assert options.task_queue == TaskQueue.PARSE
-    cfg = settings.model_copy(update={"parser_concurrency": 1})
-    plans = plan_queues(Resources(cfg, None, None, None))  # type: ignore[arg-type]
-    parse = plans[cfg.queue(TaskQueue.PARSE.value)]
-    assert set(parse.activities) == steps and parse.max_activities == 1
-    # Registered on the import's own queue too, where a small document's import runs them as
-    # local activities (on the one express parser, outside the parse queue's capacity).
-    ingest = plans[cfg.queue(TaskQueue.INGEST.value)]
-    assert steps <= set(ingest.activities)
+
+async def parse_state(client: Client, task_id: str) -> int | None:
+    """The state of the task's pending parse activity (None: none is pending)."""
+    desc = await client.get_workflow_handle(task_id).describe()
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name == PARSE_DOCUMENT.name:
+            return int(pending.state)
+    return None
+
+
+def is_state(state: int) -> Callable[[int | None], bool]:
+    return lambda found: found == state
+
+
+@dataclass(frozen=True)
+class ParseClock:
+    """A task's parse activity as its history records it: its attempt clock, and how long it
+    waited between being scheduled and being started."""
+
+    start_to_close: timedelta
+    heartbeat_timeout: timedelta
+    waited: timedelta
+
+
+async def parse_clock(client: Client, task_id: str) -> ParseClock:
+    scheduled: dict[int, tuple[datetime, timedelta, timedelta]] = {}
+    async for e in client.get_workflow_handle(task_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = e.activity_task_scheduled_event_attributes
+            if a.activity_type.name == PARSE_DOCUMENT.name:
+                scheduled[e.event_id] = (
+                    e.event_time.ToDatetime(UTC),
+                    a.start_to_close_timeout.ToTimedelta(),
+                    a.heartbeat_timeout.ToTimedelta(),
+                )
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = e.activity_task_started_event_attributes
+            if started.scheduled_event_id in scheduled:
+                at, start_to_close, heartbeat = scheduled[started.scheduled_event_id]
+                return ParseClock(start_to_close, heartbeat, e.event_time.ToDatetime(UTC) - at)
+    raise AssertionError(f"{task_id} started no parse activity")
+
+
+async def history_has(client: Client, task_id: str, kind: EventType.ValueType) -> bool:
+    async for e in client.get_workflow_handle(task_id).fetch_history_events():
+        if e.event_type == kind:
+            return True
+    return False

@@ -13,8 +13,8 @@ import typing
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
-from types import ModuleType
-from typing import Any
+from types import MethodType, ModuleType
+from typing import Any, cast
 
 import pytest
 
@@ -28,6 +28,7 @@ from knowledgeops.task_types import (
     COMMON_ACTIVITY_CLASSES,
     MAX_HEARTBEAT_TIMEOUT,
     REGISTRY,
+    Pool,
     TaskType,
     load,
     spec_for,
@@ -133,26 +134,78 @@ def test_activity_refs_match_their_implementations() -> None:
         assert (arg, hints["return"]) == (ref.input, ref.output), ref.name
 
 
+# Where each workflow type runs and which queues each pool serves, as the product documents
+# them (docs/task-types.md, docs/deployment.md), written out: the worker's rule
+# (worker.plan_queues) is what is tested, so it must not also produce what is expected.
+WORKFLOW_QUEUES = {
+    "DocumentImport": "knowledgeops-ingest",
+    "DocumentDelete": "knowledgeops-ingest",
+    "OcrProcess": "knowledgeops-ingest",
+    "EmbeddingGenerate": "knowledgeops-ingest",
+    "IndexingUpsert": "knowledgeops-ingest",
+    "GenerateArtifact": "knowledgeops-ai",
+    "AiAnalysis": "knowledgeops-ai",
+    "GenerateReviewCards": "knowledgeops-ai",
+    "VisionAnalyze": "knowledgeops-ai",
+    "AgentTask": "knowledgeops-agents",
+    "BackupExecute": "knowledgeops-maintenance",
+    "CleanupExecute": "knowledgeops-maintenance",
+    "ReportGenerate": "knowledgeops-maintenance",
+}
+# Parsing's queue of its own: no workflow, only the parse and chunk steps, PARSER_CONCURRENCY
+# at once.
+PARSE_QUEUE = "knowledgeops-parse"
+PARSE_STEPS = {"parse_document", "chunk_document"}
+POOL_QUEUES = {
+    Pool.PARSE: {"knowledgeops-parse"},
+    Pool.INGEST: {"knowledgeops-ingest"},
+    Pool.AI: {"knowledgeops-ai", "knowledgeops-agents"},
+    Pool.MAINTENANCE: {"knowledgeops-maintenance"},
+}
+
+
 async def test_worker_registers_each_queue_once(env: Env) -> None:
-    plans = plan_queues(Resources(env.settings, env.db, env.store, env.embedder))
-    implemented = list(REGISTRY.values())
-    # Activities with a queue of their own (ActivityOptions.task_queue) are registered there,
-    # and on their type's queue (where its workflows may run them as local activities).
-    own = {
-        name: env.settings.queue(o.task_queue.value)
-        for s in implemented
-        for name, o in s.activities.items()
-        if o.task_queue is not None
-    }
-    assert set(plans) == {env.settings.queue(s.task_queue.value) for s in implemented} | set(
-        own.values()
-    )
-    for spec in implemented:
-        plan = plans[env.settings.queue(spec.task_queue.value)]
-        assert load(spec.workflow_class or "") in plan.workflows
-        assert set(spec.activities) | set(COMMON_ACTIVITIES) <= set(plan.activities)
-    for name, queue in own.items():
-        assert name in plans[queue].activities and not plans[queue].workflows
+    cfg = env.settings.model_copy(update={"parser_concurrency": 3})
+    resources = Resources(cfg, env.db, env.store, env.embedder)
+    plans = plan_queues(resources)
+    q = cfg.queue  # the name with this deployment's prefix
+    assert set(plans) == {q(name) for name in {*WORKFLOW_QUEUES.values(), PARSE_QUEUE}}
+    # Each workflow type on the one queue it is documented on (none on the parse queue).
+    registered = [
+        (cast(Any, wf).__temporal_workflow_definition.name, queue)
+        for queue, plan in plans.items()
+        for wf in plan.workflows
+    ]
+    assert sorted(registered) == sorted((wf, q(queue)) for wf, queue in WORKFLOW_QUEUES.items())
+    # A queue's worker runs what its workflows run, queued or as local activities (a small
+    # document's parse and chunk steps run on the import's queue), and nothing else.
+    for queue, plan in plans.items():
+        if queue == q(PARSE_QUEUE):
+            assert set(plan.activities) == PARSE_STEPS and plan.max_activities == 3
+            continue
+        runs = set(COMMON_ACTIVITIES) | {
+            name
+            for spec in REGISTRY.values()
+            if q(WORKFLOW_QUEUES[spec.workflow_name]) == queue
+            for name in spec.activities
+        }
+        assert set(plan.activities) == runs, queue
+        assert plan.max_activities is None, queue  # WORKER_MAX_ACTIVITIES
+    assert set(plans[q("knowledgeops-ingest")].activities) >= PARSE_STEPS
+    # One instance per activity class in a worker, whatever queues it serves (one express
+    # parser for the small documents of every type).
+    owners: dict[type, set[int]] = {}
+    for plan in plans.values():
+        for method in plan.activities.values():
+            owner = cast(MethodType, method).__self__
+            owners.setdefault(type(owner), set()).add(id(owner))
+    assert all(len(ids) == 1 for ids in owners.values()), owners
+    # A worker started for some pools serves their queues only; a parse worker still runs
+    # both steps, PARSER_CONCURRENCY at once.
+    for pool, names in POOL_QUEUES.items():
+        assert set(plan_queues(resources, [pool])) == {q(name) for name in names}, pool
+    parse_only = plan_queues(resources, [Pool.PARSE])[q(PARSE_QUEUE)]
+    assert set(parse_only.activities) == PARSE_STEPS and parse_only.max_activities == 3
 
 
 def test_unknown_type_is_a_clear_error() -> None:

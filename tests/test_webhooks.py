@@ -1,6 +1,7 @@
 """Domain events delivered as Standard Webhooks: signed so an off-the-shelf library verifies
-them (and refuses a replay), in order, retried, given up as dead after a bounded number of
-attempts so later events flow, and never at the cost of the process."""
+them with the endpoint's secret, each attempt stamped when sent under the event's id, in order,
+retried, given up as dead after a bounded number of attempts so later events flow, and never at
+the cost of the process."""
 
 from __future__ import annotations
 
@@ -9,20 +10,22 @@ import base64
 import json
 import secrets
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import standardwebhooks.webhooks
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.settings import Settings, SettingsError, load_settings
+from knowledgeops.settings import Settings, SettingsError
+from knowledgeops.settings_loading import load_settings
 from knowledgeops.stores.database import Database
 from starter.dev_server import free_port
 from starter.webhooks import WebhookDispatcher
@@ -32,12 +35,35 @@ from tests.helpers import eventually
 SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-class Receiver:
-    """A webhook endpoint answering each delivery with `answer(event_id, attempt number)`."""
+@dataclass(frozen=True)
+class Delivery:
+    """One request as the receiver got it."""
 
-    def __init__(self, answer: Callable[[str, int], int] = lambda _id, _n: 200) -> None:
+    headers: dict[str, str]
+    body: bytes
+    # The receiver's clock when it arrived (time.time()), and what the receiver answered.
+    arrived: float
+    status: int
+
+    @property
+    def event_id(self) -> str:
+        return str(json.loads(self.body)["event_id"])
+
+
+class Receiver:
+    """A webhook endpoint answering each delivery with `answer(event_id, attempt number)`.
+    Given the endpoint's secret it verifies each request as it arrives, as a receiver does
+    (the off-the-shelf Standard Webhooks library), and refuses one that fails (401)."""
+
+    def __init__(
+        self, answer: Callable[[str, int], int] = lambda _id, _n: 200, secret: str | None = None
+    ) -> None:
         self.answer = answer
+        self.verifier = Webhook(secret) if secret is not None else None
         self.accepted: list[tuple[dict[str, str], bytes]] = []
+        self.deliveries: list[Delivery] = []
+        # Requests that failed verification, and why.
+        self.refused: list[str] = []
         self.attempts: Counter[str] = Counter()
         receiver = self
 
@@ -46,12 +72,20 @@ class Receiver:
                 return
 
             def do_POST(self) -> None:
+                arrived = time.time()
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                headers = {k.lower(): v for k, v in self.headers.items()}
                 event_id = json.loads(body)["event_id"]
                 receiver.attempts[event_id] += 1
-                status = receiver.answer(event_id, receiver.attempts[event_id])
+                try:
+                    if receiver.verifier is not None:
+                        receiver.verifier.verify(body, headers)
+                    status = receiver.answer(event_id, receiver.attempts[event_id])
+                except WebhookVerificationError as e:
+                    receiver.refused.append(f"{event_id}: {e}")
+                    status = 401
+                receiver.deliveries.append(Delivery(headers, body, arrived, status))
                 if status == 200:
-                    headers = {k.lower(): v for k, v in self.headers.items()}
                     receiver.accepted.append((headers, body))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -86,43 +120,56 @@ async def _until(check: Callable[[], bool], seconds: float) -> None:
     await eventually(probe, bool, timeout=seconds, interval=0.1, what="the deliveries")
 
 
-async def test_events_are_standard_webhooks_in_order_and_retried(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    receiver = Receiver(lambda _id, n: 503 if receiver.attempts.total() <= 2 else 200)
+async def test_events_are_standard_webhooks_in_order_and_retried(settings: Settings) -> None:
+    # The first two requests are answered 503: the first event arrives on its third attempt.
+    receiver = Receiver(lambda _id, _n: 503 if receiver.attempts.total() <= 2 else 200, SECRET)
     cfg = settings.model_copy(update={"webhook_urls": receiver.url, "webhook_secret": SECRET})
     try:
         async with running_api(cfg) as api:
             await _import(api)
-            await _until(lambda: len(receiver.accepted) >= 3, 15)  # backoff 1 s + 2 s
+            # (backoff 1 s + 2 s); a request the receiver refuses ends the wait at once.
+            await _until(lambda: len(receiver.accepted) >= 3 or bool(receiver.refused), 15)
     finally:
         receiver.server.shutdown()
-    assert receiver.attempts.total() == 2 + len(receiver.accepted)
-    # What a receiver does: the off-the-shelf Standard Webhooks library, the secret as given.
-    verifier = Webhook(SECRET)
+    # Every request verified as it arrived, with the endpoint's secret as configured.
+    assert receiver.refused == []
+    assert receiver.kinds() == ["TaskEnqueued", "TaskStarted", "TaskCompleted"]
+    assert [d.status for d in receiver.deliveries] == [503, 503, 200, 200, 200]
     for headers, body in receiver.accepted:
-        event = verifier.verify(body, headers)
+        event = json.loads(body)
         assert headers["webhook-id"] == event["event_id"]
         assert headers["x-knowledgeops-event-type"] == event["event_type"]
         assert "x-knowledgeops-signature" not in headers  # the unsigned-timestamp scheme is gone
-    assert receiver.kinds() == ["TaskEnqueued", "TaskStarted", "TaskCompleted"]
+    assert len({headers["webhook-id"] for headers, _ in receiver.accepted}) == 3
 
+    # A retried event: the same id (receivers dedupe by it) and body, but each attempt is
+    # stamped and signed when it is sent, so a retry minutes later is not refused as a replay.
+    first = receiver.deliveries[:3]
+    assert {d.event_id for d in first} == {first[0].headers["webhook-id"]}
+    assert {d.headers["webhook-id"] for d in first} == {first[0].event_id}
+    assert len({d.body for d in first}) == 1
+    stamps = [int(d.headers["webhook-timestamp"]) for d in first]
+    assert stamps == sorted(set(stamps)), stamps  # (retried 1 s, then 2 s later)
+    assert all(0 <= d.arrived - stamp < 2 for d, stamp in zip(first, stamps, strict=True))
+    assert len({d.headers["webhook-signature"] for d in first}) == 3
+
+    # The signature covers the id, the timestamp and the body, under the endpoint's secret:
+    # what a receiver checks fails on any change.
+    verifier = Webhook(SECRET)
     headers, body = receiver.accepted[0]
-    # The timestamp is signed: moving it invalidates the signature ...
-    moved = headers | {"webhook-timestamp": str(int(datetime.now(UTC).timestamp()) + 1)}
+    verifier.verify(body, headers)
+    other_id = receiver.accepted[1][0]["webhook-id"]
+    changed = [
+        (body.replace(b"TaskEnqueued", b"TaskCompleted"), headers),
+        (body, headers | {"webhook-timestamp": str(int(headers["webhook-timestamp"]) + 1)}),
+        (body, headers | {"webhook-id": other_id}),
+    ]
+    for forged_body, forged_headers in changed:
+        with pytest.raises(WebhookVerificationError, match="signature"):
+            verifier.verify(forged_body, forged_headers)
+    another_secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
     with pytest.raises(WebhookVerificationError, match="signature"):
-        verifier.verify(body, moved)
-    # ... and the same request replayed 6 minutes later is refused by the library.
-    later = datetime.now(UTC) + timedelta(minutes=6)
-
-    class Later(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> Any:
-            return later
-
-    monkeypatch.setattr(standardwebhooks.webhooks, "datetime", Later)
-    with pytest.raises(WebhookVerificationError, match="too old"):
-        verifier.verify(body, headers)
+        Webhook(another_secret).verify(body, headers)
 
 
 async def test_a_broken_url_never_stops_the_process_and_is_listed_dead(
@@ -142,15 +189,19 @@ async def test_a_broken_url_never_stops_the_process_and_is_listed_dead(
             await _import(api)
             await _until(lambda: len(good.accepted) >= 3, 15)
             assert good.kinds() == ["TaskEnqueued", "TaskStarted", "TaskCompleted"]
+
             # Invalid URLs come back the same every time: given up after 3 attempts (1 + 2 s).
-            dead: list[dict[str, Any]] = []
-            for _ in range(100):
+            async def listed_dead() -> list[dict[str, Any]]:
                 r = await api.http.get("/v1/admin/webhooks/dead", headers=api.admin)
                 assert r.status_code == 200, r.text
-                dead = r.json()
-                if {d["url"] for d in dead} >= set(broken[:2]):
-                    break
-                await asyncio.sleep(0.1)
+                return list(r.json())
+
+            def both_invalid(dead: list[dict[str, Any]]) -> bool:
+                return {d["url"] for d in dead} >= set(broken[:2])
+
+            dead = await eventually(
+                listed_dead, both_invalid, timeout=15, interval=0.1, what="the invalid URLs dead"
+            )
             first = next(d for d in dead if d["url"] == broken[0])
             assert first["attempts"] == 3 and first["last_status"] is None
             assert "invalid URL" in first["last_error"]
