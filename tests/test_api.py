@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import REGISTRY
 from tests.conftest import EXAMPLES, openai_settings, running_api
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import eventually, heavy_markdown, numbered_paragraphs, upload
@@ -134,18 +133,35 @@ async def test_cancel_through_api_and_events_in_order(
 ) -> None:
     doc = tmp_path / "long.txt"
     doc.write_text(numbered_paragraphs(300))
-    fake_openai.latency = 0.2
-    async with running_api(openai_settings(settings, fake_openai)) as api:
+    # A client timeout long enough that a held request is not given up and sent again.
+    cfg = openai_settings(settings, fake_openai, openai_timeout_seconds=120.0)
+    async with running_api(cfg) as api:
+        # Three embedding requests (batches of 16) are answered, the fourth waits at the fake's
+        # gate: the cancel lands in the middle of the embed step, whatever the machine's speed.
+        before = fake_openai.requests
+        fake_openai.hold = lambda kind, n: kind == "embeddings" and n > before + 3
         body = (await api.http.post("/v1/documents", **upload(doc))).json()
         task = body["task_id"]
 
-        async def status() -> dict[str, Any]:
-            return dict((await api.http.get(f"/v1/tasks/{task}")).json())
+        async def state() -> tuple[str, int, int]:
+            st = (await api.http.get(f"/v1/tasks/{task}")).json()
+            return st["status"], st["progress"]["done"], fake_openai.held
 
-        await eventually(status, lambda st: st["progress"]["done"] >= 32, what="32 chunks done")
+        # A batch's checkpoint moves on once its cache write lands, during the next request.
+        await eventually(
+            state,
+            lambda s: s[0] == "running" and s[1] >= 32 and s[2] == 1,
+            timeout=60,
+            what="running, 32 chunks done, the next request held",
+        )
         r = await api.http.post(f"/v1/tasks/{task}/cancel", json={"reason": "changed my mind"})
         assert r.status_code == 202
         final = await api.wait_task(task)
+        # Cancelled while its request was still held: the cancel did not wait for the model,
+        # and nothing was asked after it.
+        assert (fake_openai.held, fake_openai.requests - before) == (1, 4)
+        fake_openai.release()
+        await eventually(lambda: fake_openai.in_flight, lambda n: n == 0, what="the answer")
         assert final["status"] == "cancelled"
         doc_row = (await api.http.get(f"/v1/documents/{body['document_id']}")).json()
         assert doc_row["points_in_index"] == 0 and doc_row["status"] == "cancelled"
@@ -299,15 +315,28 @@ async def test_overview_shows_backlog_then_worker(settings: Settings) -> None:
         ingest = next(q for q in ov["queues"] if q["task_queue"] == queue)
         assert ingest["workers"], "the running worker must be listed"
         assert ov["task_types"]["DOCUMENT_IMPORT"] == {"completed": 1}
-        workers = (await api.http.get("/v1/admin/workers", headers=api.admin)).json()
-        implemented = list(REGISTRY.values())
-        queues = {settings.queue(s.task_queue.value) for s in implemented} | {
-            settings.queue(o.task_queue.value)  # activities with a queue of their own (parse)
-            for s in implemented
-            for o in s.activities.values()
-            if o.task_queue is not None
+        # The worker polls every queue the product declares (written out, docs/deployment.md),
+        # once each: for workflows and activities, but only activities on the parse queue.
+        both = ("workflow", "activity")
+        declared = {
+            "knowledgeops-ingest": both,
+            "knowledgeops-ai": both,
+            "knowledgeops-agents": both,
+            "knowledgeops-maintenance": both,
+            "knowledgeops-parse": ("activity",),
         }
-        assert {w["task_queue"] for w in workers} == queues
+        expected = sorted(
+            (settings.prefix + name, kind) for name, kinds in declared.items() for kind in kinds
+        )
+
+        async def polled() -> list[tuple[str, str]]:
+            workers = (await api.http.get("/v1/admin/workers", headers=api.admin)).json()
+            return sorted((w["task_queue"], w["kind"]) for w in workers)
+
+        def as_declared(seen: list[tuple[str, str]]) -> bool:
+            return seen == expected
+
+        await eventually(polled, as_declared, what="one poller per declared queue")
 
 
 async def test_admin_endpoints_refuse_without_a_valid_token(settings: Settings) -> None:

@@ -14,7 +14,7 @@ from knowledgeops.settings import Settings
 from starter.dev_server import temporal_binary
 from tests.conftest import Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import numbered_paragraphs
+from tests.helpers import eventually, numbered_paragraphs
 
 
 async def temporal_cli(env: Env, *args: str) -> None:
@@ -97,26 +97,37 @@ async def test_a_reset_in_temporal_is_a_retry_and_is_audited(
 async def test_cancel_and_terminate_in_temporal_are_audited_and_closed(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    # Imports stay running long enough to act on them: ~8 requests of 0.3 s each (with one
-    # request, the CLI's cancel once came after the import had completed).
-    fake_openai.latency = 0.3
     docs = []
     for name in ("a", "b", "c"):
         (tmp_path / f"{name}.txt").write_text(numbered_paragraphs(200) + name)
         docs.append(tmp_path / f"{name}.txt")
-    cfg = openai_settings(settings, fake_openai).model_copy(update={"embedding_batch_size": 4})
+    # Every embedding request waits at the fake's gate: each import stays in its embed step
+    # until the operators have acted and the tasks have closed, however slow the machine
+    # (a client timeout long enough that no held request is given up and sent again).
+    fake_openai.hold = lambda kind, n: kind == "embeddings"
+    cfg = openai_settings(settings, fake_openai, openai_timeout_seconds=120.0)
     async with running_env(cfg) as env:
         a, b, c = [await env.documents.import_file(d) for d in docs]
-        for ref in (a, b, c):
-            for _ in range(200):
-                if (await env.service.get_status(ref.task_id)).status == "running":
-                    break
-                await asyncio.sleep(0.1)
+
+        async def state() -> tuple[list[str], int]:
+            statuses = [(await env.service.get_status(r.task_id)).status for r in (a, b, c)]
+            return statuses, fake_openai.held
+
+        await eventually(
+            state,
+            lambda s: s == (["running"] * 3, 3),
+            timeout=90,
+            what="three running imports, each with a request held",
+        )
         await temporal_cli(env, "cancel", "-w", a.task_id)
         await temporal_cli(env, "terminate", "-w", b.task_id, "--reason", "stuck on a bad file")
         await env.service.cancel(c.task_id, reason="not needed", actor="alice")
-        for ref in (a, b, c):
-            await env.service.wait(ref.task_id, timeout=60)
+        closed = [await env.service.wait(ref.task_id, timeout=60) for ref in (a, b, c)]
+        # All three closed while their requests were still held: none was asked anything after.
+        assert (fake_openai.held, fake_openai.requests) == (3, 3)
+        fake_openai.release()
+        await eventually(lambda: fake_openai.in_flight, lambda n: n == 0, what="the answers")
+        assert [st.status for st in closed] == ["cancelled", "terminated", "cancelled"]
 
         async def all_recorded() -> bool:
             actions = {r.action for r in await env.db.audit.records(task_id=b.task_id)}
