@@ -34,7 +34,6 @@ from knowledgeops.backup_archive import (
     IndexCollection,
     Manifest,
     copy_hashing,
-    fsync_dir,
     part_name,
     part_of,
     sha256_file,
@@ -62,7 +61,7 @@ from knowledgeops.contracts.backup import (
 )
 from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources
-from knowledgeops.storage.store import StorageConfigError
+from knowledgeops.storage.store import StorageConfigError, fsync_dir
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import (
     LISTING,

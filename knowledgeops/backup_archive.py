@@ -136,14 +136,6 @@ def copy_hashing(source: Path, target: Path) -> str:
     return digest.hexdigest()
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # -- index export ---------------------------------------------------------------------------
 
 

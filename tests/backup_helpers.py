@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from knowledgeops.settings import Settings
-from tests.conftest import PG_URL, ROOT, Env, settings_env
+from tests.conftest import ROOT, Env, fresh_database, settings_env
 
 WAIT = 90.0
 
@@ -35,22 +33,6 @@ async def backup(env: Env, **payload: Any) -> dict[str, Any]:
     return st.result
 
 
-@asynccontextmanager
-async def empty_database(settings: Settings) -> AsyncIterator[str]:
+def empty_database(settings: Settings) -> AbstractAsyncContextManager[str]:
     """A database URL with nothing in it: SQLite under a new data dir, or a new PostgreSQL db."""
-    if not PG_URL:
-        yield ""
-        return
-    import asyncpg
-
-    name = f"ko_restore_{uuid.uuid4().hex[:12]}"
-    admin = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(admin)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    try:
-        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        conn = await asyncpg.connect(admin)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
+    return fresh_database("ko_restore")

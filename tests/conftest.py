@@ -47,22 +47,32 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempor
 PG_URL = os.environ.get("KNOWLEDGEOPS_TEST_POSTGRES_URL", "")
 
 
-@pytest.fixture
-async def database_url() -> AsyncIterator[str]:
+@asynccontextmanager
+async def fresh_database(prefix: str) -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database's URL, dropped afterwards; "" without PostgreSQL (the
+    SQLite database under a test's new data directory is empty anyway)."""
     if not PG_URL:
         yield ""
         return
     import asyncpg
 
-    name = f"ko_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin_dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
     conn = await asyncpg.connect(admin_dsn)
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
-    yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
-    conn = await asyncpg.connect(admin_dsn)
-    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await conn.close()
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        conn = await asyncpg.connect(admin_dsn)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+@pytest.fixture
+async def database_url() -> AsyncIterator[str]:
+    async with fresh_database("ko_test") as url:
+        yield url
 
 
 class HermeticSettings(Settings):

@@ -175,14 +175,14 @@ class PendingFile:
         except BaseException:
             self.discard()
             raise
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def discard(self) -> None:
         self.out.close()
         self.temp.unlink(missing_ok=True)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make a rename durable (a crash right after it could otherwise lose the new name)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
