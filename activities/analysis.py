@@ -105,7 +105,7 @@ class AnalysisActivities:
             raise bad_input("ChatModelMissing", NO_ANSWER_CHECK_WITHOUT_MODEL)
         model = chosen_model(chat, req.method)
         plan = await plan_task(
-            self.r.settings.chunks_dir,
+            self.r.live_versions,
             self.outputs,
             req.document_id,
             req.task_id,

@@ -72,7 +72,7 @@ class ArtifactActivities:
     async def plan_artifact(self, req: ArtifactRequest) -> ArtifactPlan:
         model = chosen_model(self.r.chat, req.method)
         plan = await plan_task(
-            self.r.settings.chunks_dir,
+            self.r.live_versions,
             self.outputs,
             req.document_id,
             req.task_id,

@@ -320,7 +320,12 @@ class CleanupActivities:
             rule = lambda p: self._chunk_document(p) not in needed.document_ids  # noqa: E731
         else:
             rule = lambda p: self._temp_orphan(p, grace)  # noqa: E731
-        return await asyncio.to_thread(_unlink_if, path, rule)
+        removed = await asyncio.to_thread(_unlink_if, path, rule)
+        doc = self._chunk_document(path) if item.kind == OrphanKind.CHUNKS else None
+        if removed and doc is not None:
+            # Its live-version pointer goes with its files (a document no longer listed).
+            await self.resources.live_versions.delete(doc)
+        return removed
 
     async def _delete_rows(self, item: CleanupItem) -> None:
         if item.before is None or item.up_to_id is None:

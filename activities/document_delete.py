@@ -70,6 +70,8 @@ class DocumentDeleteActivities:
 
     @activity.defn(name=DELETE_DOCUMENT_CHUNKS.name)
     async def delete_chunks(self, req: DocumentRef) -> None:
+        # The pointer first: readers then find nothing live rather than files going away.
+        await self.resources.live_versions.delete(req.document_id)
         await asyncio.to_thread(delete_chunks, self.settings.chunks_dir, req.document_id)
 
     @activity.defn(name=REMOVE_DOCUMENT.name)

@@ -138,19 +138,23 @@ class ImportActivities:
         (the previous version's are removed). How, `req.purpose` says (see VersionPurpose)."""
         chunks_dir = self.settings.chunks_dir
         doc = req.document_id
+        versions = self.resources.live_versions
         async with Heartbeater():
             live = (await self.resources.live_index()).collection
             collection = req.collection or live
+            previous = await versions.get(doc)
             if req.purpose == "rebuild":
                 assert req.source is not None  # checked by the request's validator
-                if not await self._still_the_source(doc, req.source):
+                if (previous or "") != req.source or await self.catalogue.get(doc) is None:
                     # Changed or deleted while it was rebuilt: this rebuild is stale (a
                     # concurrent import publishes its own version; a delete must not be undone).
                     await self.resources.store.discard_version(
                         collection, doc, req.version, staged_only=False
                     )
                     if req.version != req.source:  # not the live version's own files
-                        await asyncio.to_thread(chunk_store.discard, chunks_dir, doc, req.version)
+                        await asyncio.to_thread(
+                            chunk_store.discard, chunks_dir, doc, req.version, previous
+                        )
                     return PublishResult(stale_removed=0, live=True)
                 first = req.first_round
                 # Its files once its collection is live, replacing only the version it was
@@ -158,7 +162,7 @@ class ImportActivities:
                 files, previous_only = collection == live, True
             elif req.purpose == "import":
                 # The only version the document ever had: no other can have points to delete.
-                first = chunk_store.only_version(chunks_dir, doc, req.version)
+                first = chunk_store.only_version(chunks_dir, doc, req.version, previous)
                 files, previous_only = True, False
             else:  # "import_again": the new live index may hold a rebuild's version
                 first, files, previous_only = False, True, False
@@ -166,12 +170,18 @@ class ImportActivities:
                 collection, doc, req.version, staged=req.staged, others=not first
             )
             if files:
+                if previous != req.version:
+                    if not chunk_store.has_version(chunks_dir, doc, req.version):
+                        raise FileNotFoundError(f"no chunks stored for {doc} version {req.version}")
+                    # The pointer moves in one row write; readers switch to the new files.
+                    await versions.put(doc, req.version)
                 await asyncio.to_thread(
                     partial(
-                        chunk_store.publish,
+                        chunk_store.remove_other_versions,
                         chunks_dir,
                         doc,
                         req.version,
+                        previous,
                         previous_only=previous_only,
                         # Known: no other version's files to look for (a scan of the whole
                         # chunk folder, 2 % of the worker's CPU at 2,000 documents).
@@ -182,10 +192,6 @@ class ImportActivities:
             still_live = collection == (await self.resources.live_index()).collection
         return PublishResult(stale_removed=stale, live=still_live)
 
-    async def _still_the_source(self, doc: str, source: str) -> bool:
-        live = await asyncio.to_thread(chunk_store.live_version, self.settings.chunks_dir, doc)
-        return (live or "") == source and await self.catalogue.get(doc) is not None
-
     @activity.defn(name=DISCARD_VERSION.name)
     async def discard_version(self, req: VersionRequest) -> DiscardResult:
         """What a failed or cancelled import or rebuild wrote: its staged points, chunk and
@@ -195,10 +201,10 @@ class ImportActivities:
         async with Heartbeater():
             live = (await self.resources.live_index()).collection
             collection = req.collection or live
-            # Never published (the chunk store's live pointer is the last step of a publish),
+            # Never published (the live-version pointer is the last step of a publish),
             # or written into a collection that is not live (a re-index's build): points
             # written unstaged go too.
-            live_version = chunk_store.live_version(chunks_dir, req.document_id)
+            live_version = await self.resources.live_versions.get(req.document_id)
             published = live_version == req.version
             n = await self.resources.store.discard_version(
                 collection,
@@ -206,7 +212,9 @@ class ImportActivities:
                 req.version,
                 staged_only=published and collection == live,
             )
-            await asyncio.to_thread(chunk_store.discard, chunks_dir, req.document_id, req.version)
+            await asyncio.to_thread(
+                chunk_store.discard, chunks_dir, req.document_id, req.version, live_version
+            )
             sections_file(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
             # The import re-listed the document with its owner and tags before it failed:
             # the live version's points take them, so search filters as the catalogue says.

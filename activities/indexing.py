@@ -3,6 +3,8 @@ and the document listing EMBEDDING_GENERATE and INDEXING_UPSERT page through."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from temporalio import activity
 
 from activities.support import Heartbeater, bad_input, resume_from
@@ -31,9 +33,10 @@ from knowledgeops.ingest.indexing import (
     upsert_chunks,
 )
 from knowledgeops.resources import Resources
-from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.sql import now
+
+R = TypeVar("R", EmbedRequest, UpsertRequest)
 
 
 class EmbedActivities:
@@ -50,8 +53,17 @@ class EmbedActivities:
         except ValueError as e:
             raise bad_input("UnknownModel", str(e)) from None
 
+    async def _versioned(self, req: R) -> R:
+        """A request for "the live version" (None: the embedding and indexing types) names it."""
+        if req.version is not None:
+            return req
+        return req.model_copy(
+            update={"version": await self.resources.live_versions.get(req.document_id)}
+        )
+
     @activity.defn(name=EMBED_CHUNKS.name)
     async def embed_chunks(self, req: EmbedRequest) -> EmbedResult:
+        req = await self._versioned(req)
         collection = ""
         model = req.model
         if model is None:
@@ -87,6 +99,7 @@ class EmbedActivities:
 
     @activity.defn(name=UPSERT_CHUNKS.name)
     async def upsert_chunks(self, req: UpsertRequest) -> UpsertResult:
+        req = await self._versioned(req)
         live = await self.resources.live_index()
         model = req.model or live.model
         # A named model's vectors go to the live collection only if it is that model's.
@@ -100,7 +113,7 @@ class EmbedActivities:
         staged = (
             req.staged
             and collection == live.collection
-            and chunk_store.live_version(self.settings.chunks_dir, req.document_id) is not None
+            and await self.resources.live_versions.get(req.document_id) is not None
         )
         checkpoint = resume_from(UpsertCheckpoint(total=0))
         hb = Heartbeater(checkpoint.model_dump())

@@ -24,6 +24,7 @@ from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
 from knowledgeops.embedding import token_upper_bound
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.file_store import write_atomically
+from knowledgeops.stores.live_versions import LiveVersions
 from knowledgeops.stores.outputs import OutputStore
 
 P = TypeVar("P", bound=BaseModel)
@@ -66,9 +67,10 @@ class WorkDir:
         return removed
 
 
-def open_chunks(chunks_dir: Path, document_id: str, version: str | None = None) -> ChunkReader:
-    """The document's chunks; a document that does not exist (or changed since the plan) is
-    bad input: retrying cannot bring it back."""
+def open_chunks(chunks_dir: Path, document_id: str, version: str | None) -> ChunkReader:
+    """The document's chunks of `version` (its live one, from LiveVersions, at the plan); a
+    document that does not exist (or changed since the plan) is bad input: retrying cannot
+    bring it back."""
     try:
         return ChunkReader(chunks_dir, document_id, version)
     except (FileNotFoundError, ValueError) as e:
@@ -114,11 +116,13 @@ def chosen_model(chat: ChatModel | None, method: str) -> ChatModel | None:
 
 
 async def plan_task(
-    chunks_dir: Path, outputs: OutputStore, document_id: str, task_id: str, budget_tokens: int
+    versions: LiveVersions, outputs: OutputStore, document_id: str, task_id: str, budget_tokens: int
 ) -> GroupPlan:
-    """A map-reduce task's first step: the document's chunk groups (heartbeating while they are
-    planned), and no output of an earlier run of this task (a manual retry replaces it)."""
-    reader = open_chunks(chunks_dir, document_id)
+    """A map-reduce task's first step: the document's live chunk groups (heartbeating while
+    they are planned), and no output of an earlier run of this task (a manual retry replaces
+    it)."""
+    version = await versions.get(document_id)
+    reader = open_chunks(versions.chunks_dir, document_id, version)
     try:
         async with Heartbeater():
             plan = await asyncio.to_thread(plan_groups, reader, document_id, budget_tokens)

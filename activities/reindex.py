@@ -71,7 +71,7 @@ class ReindexActivities:
     @activity.defn(name=PREPARE_REBUILD.name)
     async def prepare_rebuild(self, req: PrepareRebuildRequest) -> PrepareRebuildResult:
         doc, chunks_dir = req.document_id, self.settings.chunks_dir
-        source = await asyncio.to_thread(chunk_store.live_version, chunks_dir, doc)
+        source = await self.resources.live_versions.get(doc)
         row = await self.catalogue.get(doc)
         if row is None or (source and not chunk_store.has_version(chunks_dir, doc, source)):
             raise bad_input(
@@ -116,7 +116,7 @@ class ReindexActivities:
     async def _up_to_date(self, doc: str, target: RebuildTarget) -> bool:
         """The document's live version is in the target collection: rebuilt there, or
         published there by an import (after the switch)."""
-        source = await asyncio.to_thread(chunk_store.live_version, self.settings.chunks_dir, doc)
+        source = await self.resources.live_versions.get(doc)
         if source is None:
             return False
         versions = {source, rebuilt_version(target.tag, source)}
@@ -141,16 +141,25 @@ class ReindexActivities:
         """Make each document's re-chunked files its live ones (now that search answers from
         the re-index's collection), and record its new chunk count."""
         chunks_dir = self.settings.chunks_dir
+        versions = self.resources.live_versions
         ids, _ = await self.catalogue.indexed_ids(req.after, req.limit)
         adopted = 0
         async with Heartbeater():
             for doc in ids:
-                source = chunk_store.live_version(chunks_dir, doc)
+                source = await versions.get(doc)
                 version = rebuilt_version(req.tag, source)
                 if source == version or not chunk_store.has_version(chunks_dir, doc, version):
                     continue
+                await versions.put(doc, version)
                 await asyncio.to_thread(
-                    partial(chunk_store.publish, chunks_dir, doc, version, previous_only=True)
+                    partial(
+                        chunk_store.remove_other_versions,
+                        chunks_dir,
+                        doc,
+                        version,
+                        source,
+                        previous_only=True,
+                    )
                 )
                 reader = chunk_store.ChunkReader(chunks_dir, doc, version)
                 reader.close()

@@ -99,7 +99,10 @@ class ReviewCardActivities:
     async def plan_review_cards(self, req: PlanCardsRequest) -> CardPlan:
         method = self._method(req.kinds)
         async with Heartbeater():
-            reader = await asyncio.to_thread(open_chunks, self.settings.chunks_dir, req.document_id)
+            version = await self.resources.live_versions.get(req.document_id)
+            reader = await asyncio.to_thread(
+                open_chunks, self.settings.chunks_dir, req.document_id, version
+            )
             try:
                 count = reader.count
                 end = count if req.end_index is None else req.end_index

@@ -46,7 +46,7 @@ from knowledgeops.ingest.indexing import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
-from knowledgeops.stores.chunk_store import ChunkReader, publish, sections_file
+from knowledgeops.stores.chunk_store import ChunkReader, remove_other_versions, sections_file
 from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService, derive_document_id
@@ -88,7 +88,7 @@ async def direct(settings: Settings, files: list[Path], concurrency: int) -> tup
                 lambda cp: None,
             )  # fmt: skip
             await store.publish(VectorIndex.collection_name(embedder.model_id), doc, version)
-            publish(chunks_dir, doc, version)
+            remove_other_versions(chunks_dir, doc, version, None)
             return total
 
     started = time.perf_counter()
@@ -103,8 +103,9 @@ async def embedder_alone(settings: Settings) -> tuple[float, int]:
     """The embedder on its own, on the very chunk texts the direct run produced (read from its
     chunk store), in the same batch size: the ceiling an import can approach."""
     texts = []
-    for pointer in sorted(settings.chunks_dir.glob("*.live")):
-        reader = ChunkReader(settings.chunks_dir, pointer.name.removesuffix(".live"))
+    # The direct run's version of every document ("v1"; it moves no pointer).
+    for index in sorted(settings.chunks_dir.glob("*~v1.idx")):
+        reader = ChunkReader(settings.chunks_dir, index.name.removesuffix("~v1.idx"), "v1")
         texts += [c.text for c in reader.read(0, reader.count)]
         reader.close()
     embedder = make_embedder(settings)

@@ -214,9 +214,10 @@ class Tools:
         start = _int(args, "start", 0, 0, 10**9)
         count = _int(args, "count", 5, 1, MAX_READ_CHUNKS)
         await self._check_document(scope, document_id)
+        version = await self.r.live_versions.get(document_id)
 
         def read() -> tuple[int, list[Any]]:
-            reader = ChunkReader(self.r.settings.chunks_dir, document_id)
+            reader = ChunkReader(self.r.settings.chunks_dir, document_id, version)
             try:
                 return reader.count, reader.read(start, start + count)
             finally:

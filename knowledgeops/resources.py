@@ -20,6 +20,7 @@ from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker, make_reranker
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
+from knowledgeops.stores.live_versions import LiveVersions
 
 
 class IndexNotOpenError(RuntimeError):
@@ -52,6 +53,11 @@ class Resources:
                 "activity that needs it must run on a queue of the ingest, ai or maintenance pool"
             )
         return self.index
+
+    @property
+    def live_versions(self) -> LiveVersions:
+        """Which chunk version of each document is live (the pointer a publish moves)."""
+        return LiveVersions(self.db, self.settings.chunks_dir)
 
     async def live_index(self) -> LiveIndex:
         """The index search answers from (its collection, model and chunking)."""

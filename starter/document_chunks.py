@@ -6,11 +6,13 @@ store and says why a known document has none to show.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from knowledgeops.stores.chunk_store import ChunkReader
+from knowledgeops.stores.live_versions import LiveVersions
 
 # The largest page one request reads (the API's `limit` bound).
 MAX_CHUNK_PAGE = 500
@@ -46,9 +48,19 @@ def check_page(offset: int, limit: int) -> None:
         )
 
 
-def read_page(chunks_dir: Path, document_id: str, offset: int, limit: int) -> ChunkPage:
+async def live_page(versions: LiveVersions, document_id: str, offset: int, limit: int) -> ChunkPage:
+    """A page of the live version. FileNotFoundError when nothing is live."""
+    version = await versions.get(document_id)
+    return await asyncio.to_thread(
+        read_page, versions.chunks_dir, document_id, version, offset, limit
+    )
+
+
+def read_page(
+    chunks_dir: Path, document_id: str, version: str | None, offset: int, limit: int
+) -> ChunkPage:
     """Blocking file reads: call it in a thread. FileNotFoundError when nothing is live."""
-    reader = ChunkReader(chunks_dir, document_id)
+    reader = ChunkReader(chunks_dir, document_id, version)
     try:
         chunks = reader.read(offset, offset + limit)
         return ChunkPage(

@@ -26,6 +26,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.database import Database
+from knowledgeops.stores.live_versions import LiveVersions
 from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
@@ -80,6 +81,7 @@ class DocumentService:
     ) -> None:
         self.tasks = tasks
         self.catalogue = DocumentCatalogue(db)
+        self.live_versions = LiveVersions(db, settings.chunks_dir)
         self.settings = settings
         # The index is needed to count and delete points; listing works without it.
         self.store = store
@@ -267,9 +269,7 @@ class DocumentService:
             queued = await self.get(document_id, visible_to=visible_to)
             raise document_chunks.not_published(document_id, queued.status, queued.last_task_id)
         try:
-            return await asyncio.to_thread(
-                document_chunks.read_page, self.settings.chunks_dir, document_id, offset, limit
-            )
+            return await document_chunks.live_page(self.live_versions, document_id, offset, limit)
         except FileNotFoundError:
             # Listed, but no version was ever published (the only import running or ended).
             raise document_chunks.not_published(

@@ -26,7 +26,9 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
+from knowledgeops.stores.chunk_store import ChunkReader
 from knowledgeops.stores.database import Database
+from knowledgeops.stores.live_versions import LiveVersions
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 from starter.documents import DocumentService
@@ -169,6 +171,11 @@ class Env:
     def store(self) -> VectorIndex:
         assert self._store is not None, "this Env does not open the index (worker=False)"
         return self._store
+
+    async def live_chunks(self, document_id: str) -> ChunkReader:
+        """A reader of the document's live version."""
+        version = await LiveVersions(self.db, self.settings.chunks_dir).get(document_id)
+        return ChunkReader(self.settings.chunks_dir, document_id, version)
 
     async def points(self, document_id: str | None = None, *, staged: bool = False) -> int:
         """Searchable points (of a document); with `staged`, an import's unpublished ones too."""

@@ -24,7 +24,9 @@ from knowledgeops.contracts.events import RECORD_TASK_EVENTS
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
 from knowledgeops.settings import Settings
-from knowledgeops.stores.chunk_store import publish, sections_file
+from knowledgeops.stores.chunk_store import sections_file
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.live_versions import LiveVersions
 from starter.http.app import create_app
 from starter.http.runtime import Runtime
 
@@ -121,15 +123,14 @@ async def parse_into_chunks(
     *,
     max_chunks: int | None = None,
 ) -> Parsed:
-    """The import's parse and chunk steps, in process (no Temporal), published as the live
-    version of document "doc1", so `ChunkReader(chunks_dir, "doc1")` reads the result."""
+    """The import's parse and chunk steps, in process (no Temporal), as version "v1" of
+    document "doc1", so `ChunkReader(chunks_dir, "doc1", "v1")` reads the result."""
     sections = sections_file(chunks_dir, "doc1", "v1")
     parsed = await run_parse(path, filename, "doc1", sections, memory_mb, limits)
     total = await run_chunk(
         sections, filename, "doc1", "v1", chunks_dir, options, parsed.format == "md",
         memory_mb, limits, max_chunks,
     )  # fmt: skip
-    publish(chunks_dir, "doc1", "v1")
     return Parsed(parsed.format, total, parsed.characters, parsed.pages, parsed.title)
 
 
@@ -203,3 +204,12 @@ async def activity_starts(client: Client, task_id: str) -> list[ActivityStart]:
                 data = json.loads(marker.details["data"].payloads[0].data)
                 out.append(ActivityStart(data["activity_type"], data["attempt"], local=True))
     return [s for s in out if s.activity != RECORD_TASK_EVENTS.name]
+
+
+async def live_version_of(settings: Settings, document_id: str) -> str | None:
+    """The document's live chunk version, as the app database says."""
+    db = await Database.open(settings, migrate=False)
+    try:
+        return await LiveVersions(db, settings.chunks_dir).get(document_id)
+    finally:
+        await db.close()

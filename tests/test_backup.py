@@ -63,13 +63,14 @@ async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_emb
         assert cached == points  # every chunk text differs
 
         first = await backup(env, label="first")
-        # Per document: its chunk file, offset index and live-version pointer.
+        # Per document: its chunk file and offset index (the live-version pointer is a row
+        # of the database, which is in the archive too).
         assert (first["stored_files"], first["chunk_files"], first["index_points"]) == (
             3,
-            9,
+            6,
             points + cached,
         )
-        assert (first["files_copied"], first["files_present"]) == (12, 0)
+        assert (first["files_copied"], first["files_present"]) == (9, 0)
         assert first["database_kind"] == ("postgresql" if PG_URL else "sqlite")
         archive = Path(first["path"])
         manifest = load_manifest(archive)
@@ -86,7 +87,7 @@ async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_emb
         second = await backup(env)
         assert (second["files_copied"], second["files_present"], second["bytes_copied"]) == (
             0,
-            12,
+            9,
             0,
         )
         assert [p.name for p in list_archives(source)] == [first["archive"], second["archive"]]
@@ -113,7 +114,7 @@ async def test_backup_wipe_restore_gives_the_same_documents_and_hits_without_emb
         assert r.returncode == 0, r.stderr
         report = json.loads(r.stdout)
         assert (report["documents"], report["points"]) == (3, points + cached)
-        assert (report["stored_files"], report["chunk_files"]) == (3, 9)
+        assert (report["stored_files"], report["chunk_files"]) == (3, 6)
 
         # Over data: refused unless --force.
         r = cli(["restore", str(source.backups_dir / first["archive"])], target)
@@ -163,8 +164,8 @@ async def test_retention_keeps_backup_keep_archives_and_prunes_the_pool(
         second = await backup(env)
         root = s.backups_dir
         only_first = listed_blobs(root / first["archive"]) - listed_blobs(root / second["archive"])
-        # a.txt's stored file, chunk file, offset index and live-version pointer
-        assert len(only_first) == 4
+        # a.txt's stored file, chunk file and offset index
+        assert len(only_first) == 3
         assert all((pool_dir(root) / b).exists() for b in only_first)  # still needed by first
         # An unfinished archive from a backup that was killed long ago.
         (root / "20000101T000000Z-dead").mkdir()
@@ -181,7 +182,7 @@ async def test_retention_keeps_backup_keep_archives_and_prunes_the_pool(
         assert not (root / "20000101T000000Z-dead").exists()
         kept = listed_blobs(root / second["archive"]) | listed_blobs(root / third["archive"])
         assert {p.name for p in pool_dir(root).iterdir()} == kept
-        assert not only_first & kept and third["blobs_removed"] == 4
+        assert not only_first & kept and third["blobs_removed"] == 3
         for archive in list_archives(s):
             assert verify(archive, load_manifest(archive)) == []
 

@@ -341,7 +341,7 @@ def test_context_is_stored_only_when_set_and_old_records_read(tmp_path: Path) ->
     (tmp_path / "old.jsonl").write_bytes(b"".join(lines))
     offsets = array("Q", [0, len(lines[0]), len(lines[0]) + len(lines[1])])
     (tmp_path / "old.idx").write_bytes(offsets.tobytes())
-    old = ChunkReader(tmp_path, "old").read(0, 10)
+    old = ChunkReader(tmp_path, "old", None).read(0, 10)
     assert [(c.text, c.context, c.index_text) for c in old] == [
         ("first old chunk", None, "first old chunk"),
         ("second old chunk", None, "second old chunk"),

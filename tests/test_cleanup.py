@@ -31,6 +31,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores import backups, file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.events import EventRow
+from knowledgeops.stores.live_versions import LiveVersions
 from knowledgeops.task_types import TaskQueue, TaskType
 from starter.search import search
 from starter.task_models import PayloadInvalidError, TaskStatus
@@ -172,7 +173,6 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
                 ("files", f"files/{lonely_id}"),
                 ("chunks", f"chunks/orphan~{orphan_version}.jsonl"),
                 ("chunks", f"chunks/orphan~{orphan_version}.idx"),
-                ("chunks", "chunks/orphan.live"),
                 ("points", "orphan"),
                 *{("backups", str(p.relative_to(s.data_dir))) for p in [*past, abandoned]},
                 ("backups", "backups/pool/gone"),
@@ -203,14 +203,14 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
             assert result["removed_bytes"] == sum(i.bytes for i in plan.items) > 0
             assert not [p for p in paths if p.exists()], "left behind"
             assert await store.count(collection, "orphan") == 0
+            pointers = LiveVersions(env.db, s.chunks_dir)
+            assert await pointers.get("orphan") is None, "its live-version pointer went too"
 
             # Everything needed is still there.
             for needed in (
                 s.files_dir / file_id_of(shared),
                 s.files_dir / file_id_of(queued),
                 s.files_dir / file_id_of(EXAMPLES / "spaced-repetition.txt"),
-                s.chunks_dir / "kept.live",
-                s.chunks_dir / "shared-a.live",
                 s.chunks_dir / "queued.jsonl",
                 s.chunks_dir / f"busy.jsonl.tmp-{os.getpid()}",
                 new_upload,
@@ -218,6 +218,7 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
                 pool / "shared",
             ):
                 assert needed.exists(), needed
+            assert await pointers.documents() == {"kept", "shared-a"}
             events = await env.db.events.after(limit=1000)
             assert "test/old" not in {e.event_id for e in events}
             assert "test/young" in {e.event_id for e in events}

@@ -15,10 +15,10 @@ from fpdf import FPDF
 from temporalio.client import Client, WorkflowFailureError
 
 from knowledgeops.settings import Settings
-from knowledgeops.stores.chunk_store import ChunkReader, live_version
+from knowledgeops.stores.chunk_store import ChunkReader
 from knowledgeops.temporal import connect
 from tests.conftest import API_TOKEN, ROOT, Api, running_api, settings_env
-from tests.helpers import numbered_paragraphs
+from tests.helpers import live_version_of, numbered_paragraphs
 
 ALICE_TOKEN = "alice-token-0123456789"
 BOB_TOKEN = "bob-token-0123456789ab"
@@ -60,8 +60,8 @@ def error_of(r: Any, status: int) -> tuple[str, str]:
     return str(err["code"]), str(err["message"])
 
 
-def stored(chunks_dir: Path, document_id: str) -> list[dict[str, Any]]:
-    reader = ChunkReader(chunks_dir, document_id)
+def stored(chunks_dir: Path, document_id: str, version: str) -> list[dict[str, Any]]:
+    reader = ChunkReader(chunks_dir, document_id, version)
     try:
         return [
             {"index": c.index, "text": c.text, "page": c.page, "heading": c.heading}
@@ -96,13 +96,13 @@ async def test_chunks_page_through_the_live_version(settings: Settings, tmp_path
         path = f"/v1/documents/{doc_id}/chunks"
 
         # What the store holds: several chunks per section, each with its page and heading.
-        expected = stored(settings.chunks_dir, doc_id)
+        version = await live_version_of(settings, doc_id)
+        assert version is not None
+        expected = stored(settings.chunks_dir, doc_id, version)
         assert len(expected) > 8
         assert {(c["page"], c["heading"]) for c in expected} == {
             (n, name) for n, name in enumerate(SECTIONS, 1)
         }
-        version = live_version(settings.chunks_dir, doc_id)
-        assert version is not None
 
         # Paging through gives exactly that, in order, whatever the page size.
         for limit in (1, 5, 500):

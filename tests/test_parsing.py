@@ -26,7 +26,7 @@ OPTS = ChunkingOptions(chunk_tokens=64, overlap_tokens=8)
 
 def parse(tmp_path: Path, path: Path, name: str | None = None) -> tuple[object, list[object]]:
     result = asyncio.run(parse_into_chunks(path, name or path.name, tmp_path / "c", OPTS, 1024))
-    return result, ChunkReader(tmp_path / "c", "doc1").read(0, 10_000)
+    return result, ChunkReader(tmp_path / "c", "doc1", "v1").read(0, 10_000)
 
 
 @pytest.mark.parametrize(
@@ -181,7 +181,7 @@ def test_text_encodings_round_trip_exactly(tmp_path: Path, encoding: str, text: 
     path.write_bytes(body.encode(encoding))
     one_chunk = ChunkingOptions(chunk_tokens=4000, overlap_tokens=0)
     result = asyncio.run(parse_into_chunks(path, path.name, tmp_path / "c", one_chunk, 1024))
-    [chunk] = ChunkReader(tmp_path / "c", "doc1").read(0, 10)
+    [chunk] = ChunkReader(tmp_path / "c", "doc1", "v1").read(0, 10)
     assert result.total_chunks == 1 and chunk.text == body.strip()
 
 
@@ -191,7 +191,7 @@ ONE_CHUNK = ChunkingOptions(chunk_tokens=4000, overlap_tokens=0)
 
 def _parse_whole(tmp_path: Path, path: Path) -> list[object]:
     asyncio.run(parse_into_chunks(path, path.name, tmp_path / "c", ONE_CHUNK, 1024))
-    return ChunkReader(tmp_path / "c", "doc1").read(0, 10_000)
+    return ChunkReader(tmp_path / "c", "doc1", "v1").read(0, 10_000)
 
 
 def test_web_page_indexes_the_article_not_the_page_furniture(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from activities.map_reduce import plan_groups
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.local import review_cards as local
 from knowledgeops.settings import Settings
-from knowledgeops.stores.chunk_store import Chunk, ChunkReader
+from knowledgeops.stores.chunk_store import Chunk
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.stores.review_cards import ReviewCards
 from knowledgeops.text.centrality import most_central
@@ -63,7 +63,7 @@ async def _document(env: Env, tmp_path: Path, text: str = TEXT) -> tuple[str, in
     ref = await env.documents.import_file(path)
     st = await env.service.wait(ref.task_id, timeout=WAIT)
     assert st.status == "completed", st.last_error
-    reader = ChunkReader(env.settings.chunks_dir, ref.document_id)
+    reader = await env.live_chunks(ref.document_id)
     reader.close()
     return ref.document_id, reader.count
 
@@ -73,9 +73,9 @@ async def _run(env: Env, payload: dict[str, Any]) -> Any:
     return ref.task_id, await env.service.wait(ref.task_id, timeout=WAIT)
 
 
-def _group_starts(env: Env, document_id: str) -> list[int]:
+async def _group_starts(env: Env, document_id: str) -> list[int]:
     """Where the chunk groups a task plans start (CHAT_INPUT_TOKENS bounds a group)."""
-    reader = ChunkReader(env.settings.chunks_dir, document_id)
+    reader = await env.live_chunks(document_id)
     try:
         return plan_groups(reader, document_id, env.settings.chat_input_tokens).starts
     finally:
@@ -124,7 +124,7 @@ async def test_without_a_model_cloze_cards_with_fsrs_state_and_reruns_add_nothin
     )
     page = await ReviewCards(env.db).list(document_id, limit=100, offset=0)
     assert page.total == r["cards_made"]
-    reader = ChunkReader(env.settings.chunks_dir, document_id)
+    reader = await env.live_chunks(document_id)
     scheduler = Scheduler(enable_fuzzing=False)
     for card in page.items:
         assert card.kind == "cloze" and card.method == r["method"] and card.task_id == task_id
@@ -215,7 +215,7 @@ async def test_with_a_model_cards_are_deduplicated_counted_and_resume_after_a_cr
     )
     async with running_env(s) as env:
         document_id, _ = await _document(env, tmp_path)
-        starts = _group_starts(env, document_id)
+        starts = await _group_starts(env, document_id)
         groups = len(starts)
         assert 3 <= groups <= 8
         # A malformed answer (re-asked by the client) in group 1, and the provider down for
@@ -318,7 +318,7 @@ async def test_paraphrased_cards_are_near_duplicates_for_the_local_embedder(
         chat_settings(settings, fake_openai, chat_input_tokens=SMALL_GROUPS)
     ) as env:
         document_id, chunks = await _document(env, tmp_path)
-        starts = _group_starts(env, document_id)
+        starts = await _group_starts(env, document_id)
         assert len(starts) >= 3
         end = starts[3] if len(starts) > 3 else chunks
         payload = {"document_id": document_id, "end_index": end}

@@ -2,11 +2,13 @@
 
 Chunk text lives here, not in Temporal payloads; activities pass a document id, a version and
 an index range. An import writes its own version (`<document>~<version>.jsonl` / `.idx`) next
-to the live one and publishes it at the end by replacing the pointer file `<document>.live`
-(one atomic rename), so readers see the previous version until the new one is complete, and a
-failed import leaves it untouched. Files are written under a temporary name and renamed, so a
-retried or killed chunking step never leaves a half-written chunk file behind. Files of
-earlier versions of this code (`<document>.jsonl`, no pointer) are read as the live version.
+to the live one and publishes it at the end by moving the document's live-version pointer (a
+row in the app database: stores/live_versions.py), so readers see the previous version until
+the new one is complete, and a failed import leaves it untouched. A version's files never
+change once written: they are written under a temporary name and renamed, so a retried or
+killed chunking step never leaves a half-written chunk file behind. Files of earlier versions
+of this code (`<document>.jsonl`, no pointer) are read as the live version; so is an earlier
+pointer file (`<document>.live`) while the database has no row for its document.
 """
 
 from __future__ import annotations
@@ -59,12 +61,16 @@ def _paths(chunks_dir: Path, document_id: str, version: str | None = None) -> tu
     return chunks_dir / f"{stem}.jsonl", chunks_dir / f"{stem}.idx"
 
 
-def live_version(chunks_dir: Path, document_id: str) -> str | None:
-    """The published version, or None for a document stored before versions (or none)."""
+def legacy_live_version(chunks_dir: Path, document_id: str) -> str | None:
+    """The version an earlier installation's pointer file names (see live_versions.py)."""
     try:
         return (chunks_dir / f"{_check(document_id, 'document id')}{LIVE_SUFFIX}").read_text()
     except FileNotFoundError:
         return None
+
+
+def remove_legacy_pointer(chunks_dir: Path, document_id: str) -> None:
+    (chunks_dir / f"{_check(document_id, 'document id')}{LIVE_SUFFIX}").unlink(missing_ok=True)
 
 
 def has_version(chunks_dir: Path, document_id: str, version: str) -> bool:
@@ -76,28 +82,20 @@ def sections_file(chunks_dir: Path, document_id: str, version: str) -> Path:
     return chunks_dir / f"{document_id}{VERSION_SEPARATOR}{version}.sections.jsonl"
 
 
-def publish(
+def remove_other_versions(
     chunks_dir: Path,
     document_id: str,
     version: str,
+    previous: str | None,
     *,
     previous_only: bool = False,
     only_version: bool = False,
 ) -> None:
-    """Make `version` the live one (atomic), then remove every other version's files (with
-    `previous_only`, only the previously live version's: a re-index must not remove the files
-    of an import of the document that is still running; with `only_version`, as checked by
-    the caller, there are none, and the folder is not scanned again)."""
-    previous = live_version(chunks_dir, document_id)
-    if not has_version(chunks_dir, document_id, version):
-        if previous == version:
-            return  # published already (a retry of this step)
-        raise FileNotFoundError(f"no chunks stored for {document_id} version {version}")
-    if previous != version:
-        pointer = chunks_dir / f"{document_id}{LIVE_SUFFIX}"
-        tmp = pointer.with_name(f"{pointer.name}.tmp-{os.getpid()}")
-        tmp.write_text(version)
-        os.replace(tmp, pointer)
+    """After `version` went live (its pointer moved from `previous`): remove every other
+    version's files (with `previous_only`, only the previously live version's: a re-index
+    must not remove the files of an import of the document that is still running; with
+    `only_version`, as checked by the caller, there are none, and the folder is not scanned
+    again)."""
     if previous_only or only_version:
         sections_file(chunks_dir, document_id, version).unlink(missing_ok=True)
         if previous != version:
@@ -127,19 +125,21 @@ def _version_files(chunks_dir: Path, document_id: str) -> list[Path]:
     return legacy + versioned
 
 
-def only_version(chunks_dir: Path, document_id: str, version: str) -> bool:
-    """No other version of the document was ever left here (live, legacy, or the files of an
-    import that ended without cleaning up): its points can only be this version's."""
-    if live_version(chunks_dir, document_id) not in (None, version):
+def only_version(chunks_dir: Path, document_id: str, version: str, live: str | None) -> bool:
+    """No other version of the document was ever left here (`live`, the published one;
+    legacy files; or the files of an import that ended without cleaning up): its points can
+    only be this version's."""
+    if live not in (None, version):
         return False
     mine = {p.name for p in (*_paths(chunks_dir, document_id, version),)}
     mine.add(sections_file(chunks_dir, document_id, version).name)
     return all(p.name in mine for p in _version_files(chunks_dir, document_id) if p.exists())
 
 
-def discard(chunks_dir: Path, document_id: str, version: str) -> None:
-    """Remove an unpublished version's files (a failed or cancelled import's)."""
-    if live_version(chunks_dir, document_id) == version:
+def discard(chunks_dir: Path, document_id: str, version: str, live: str | None) -> None:
+    """Remove an unpublished version's files (a failed or cancelled import's; `live` is the
+    published version, never removed)."""
+    if live == version:
         return
     for p in _paths(chunks_dir, document_id, version):
         p.unlink(missing_ok=True)
@@ -194,11 +194,12 @@ class ChunkWriter:
 
 
 class ChunkReader:
-    """Reads one version: the live one unless `version` is given. Both files are opened at
-    once, so a publish that removes this version afterwards does not disturb the reader."""
+    """Reads one version (None: the files of a document stored before versions). Both files
+    are opened at once, so a publish that removes this version afterwards does not disturb
+    the reader."""
 
-    def __init__(self, chunks_dir: Path, document_id: str, version: str | None = None) -> None:
-        self.version = version or live_version(chunks_dir, document_id)
+    def __init__(self, chunks_dir: Path, document_id: str, version: str | None) -> None:
+        self.version = version
         data_path, idx_path = _paths(chunks_dir, document_id, self.version)
         try:
             with idx_path.open("rb") as f:
@@ -257,7 +258,8 @@ def remove_unfinished(
 
 
 def delete_chunks(chunks_dir: Path, document_id: str) -> None:
-    """Every version of a document, and its pointer."""
+    """Every version of a document's files, and an earlier installation's pointer file (the
+    caller removes the pointer: live_versions.py)."""
     for p in _version_files(chunks_dir, document_id):
         p.unlink(missing_ok=True)
     (chunks_dir / f"{document_id}{LIVE_SUFFIX}").unlink(missing_ok=True)
