@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -129,27 +128,44 @@ async def test_worker_killed_mid_map_pays_only_for_the_group_in_flight(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
     fake_openai.chat_script = teacher
-    s = chat_settings(settings, fake_openai, chat_input_tokens=700, chat_timeout_seconds=30.0)
+    # A client timeout long enough that the held request is not given up and sent again.
+    s = chat_settings(settings, fake_openai, chat_input_tokens=700, chat_timeout_seconds=120.0)
     log = tmp_path / "worker.log"
     first = start_worker_process(s, log)
     second = None
     try:
         async with running_env(s, worker=False) as env:
             document_id = await import_lesson(env, tmp_path)
-            fake_openai.chat_latency = 1.0
             before = fake_openai.chat_calls
+            # The first two groups are answered (and stored), the third group's request waits
+            # at the fake's gate: the worker is killed with exactly that request in flight.
+            fake_openai.hold = lambda kind, n: kind == "chat" and n >= before + 3
             ref = await env.service.enqueue(
                 TaskType.GENERATE_ARTIFACT, {"document_id": document_id, "kind": "summary"}
             )
-            deadline = time.monotonic() + 60
-            # The third group's request arrives only after the second group was stored.
-            while fake_openai.chat_calls - before < 3:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                assert first.poll() is None, log.read_text()[-3000:]
-                await asyncio.sleep(0.02)
+            work = s.outputs_dir / ".work" / ref.task_id
+
+            def state() -> tuple[int, int, list[str]]:
+                assert first.poll() is None, f"the worker exited ({first.returncode})"
+                stored = sorted(p.name for p in work.glob("group-*.json"))
+                return fake_openai.held, fake_openai.chat_calls - before, stored
+
+            try:
+                await eventually(
+                    state,
+                    lambda st: st == (1, 3, ["group-0.json", "group-1.json"]),
+                    timeout=60,
+                    what="two groups stored, the third group's request held",
+                )
+            except AssertionError as e:  # with the worker's log
+                raise AssertionError(f"{e}\n{log.read_text()[-3000:]}") from None
             first.send_signal(signal.SIGKILL)
             first.wait()
-            fake_openai.chat_latency = 0.0
+            # The dead worker's request is answered into the void (recorded by the fake) before
+            # a new worker starts, so it is the first of the two requests for the third group.
+            assert fake_openai.held == 1
+            fake_openai.release()
+            await eventually(lambda: fake_openai.in_flight, lambda n: n == 0, what="the answer")
             second = start_worker_process(s, log)
             st = await env.service.wait(ref.task_id, timeout=WAIT)
         assert st.status == "completed", st.last_error

@@ -12,7 +12,6 @@ from temporalio.api.enums.v1 import EventType
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.chunk_store import ChunkReader
 from starter.search import search
 from starter.task_models import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
@@ -145,7 +144,7 @@ async def test_failed_reimport_keeps_the_previous_version_searchable(
         good = await import_and_wait(env, old, document_id="handbook")
         assert good.result is not None
         n = good.result["total_chunks"]
-        first_text = ChunkReader(env.settings.chunks_dir, "handbook").read(0, 1)[0].text
+        first_text = (await env.live_chunks("handbook")).read(0, 1)[0].text
         # The re-import's embedding provider refuses its third request (an outage, a revoked
         # key): two batches were embedded, then the import fails non-retryably.
         before = fake_openai.requests
@@ -159,7 +158,7 @@ async def test_failed_reimport_keeps_the_previous_version_searchable(
         assert await env.points("handbook", staged=True) == n, "staged points were left"
         [hit] = await search(env.store, env.embedder, first_text, k=1)
         assert (hit.document_id, hit.chunk_index, hit.text) == ("handbook", 0, first_text)
-        assert ChunkReader(env.settings.chunks_dir, "handbook").count == n
+        assert (await env.live_chunks("handbook")).count == n
         row = await DocumentCatalogue(env.db).get("handbook")
         assert row is not None and (row.status, row.indexed_chunks) == ("failed", n)
         searched = fake_openai.duplicates()  # the query above is a chunk's text: embedded again
@@ -283,33 +282,52 @@ async def test_cancel_stops_embedding_and_leaves_nothing_half_done(
 ) -> None:
     doc = tmp_path / "c.txt"
     doc.write_text(numbered_paragraphs(400))
-    fake_openai.latency = 0.15
-    async with running_env(openai_settings(settings, fake_openai)) as env:
+    # A client timeout long enough that a held request is not given up and sent again.
+    cfg = openai_settings(settings, fake_openai, openai_timeout_seconds=120.0)
+    async with running_env(cfg) as env:
+        # Five embedding requests (batches of 16) are answered, the sixth waits at the fake's
+        # gate: the cancel lands in the middle of the embed step, whatever the machine's speed.
+        before = fake_openai.requests
+        fake_openai.hold = lambda kind, n: kind == "embeddings" and n > before + 5
         ref = await env.documents.import_file(doc)
-        seen: list[int] = []
-        for _ in range(300):
+        statuses: list[TaskStatus] = []
+
+        async def state() -> tuple[str, str | None, int, int]:
             st = await env.service.get_status(ref.task_id)
-            if st.progress.stage == "embedding":
-                seen.append(st.progress.done)
-            if st.progress.done >= 64:
-                break
-            await asyncio.sleep(0.1)
-        assert st.status == "running" and st.progress.total and st.progress.total > 300
+            statuses.append(st)
+            return st.status, st.progress.stage, st.progress.done, fake_openai.held
+
+        # A batch's checkpoint moves on once its cache write lands, during the next request:
+        # with the sixth request held, four batches (64 chunks) show.
+        await eventually(
+            state,
+            lambda s: s[0] == "running" and s[2] >= 64 and s[3] == 1,
+            timeout=60,
+            what="running, 64 chunks done, the next request held",
+        )
+        st = statuses[-1]
+        assert st.progress.total and st.progress.total > 300
         assert st.progress.unit == "chunks"
+        seen = [s.progress.done for s in statuses if s.progress.stage == "embedding"]
         assert seen == sorted(seen) and seen[-1] >= 64, "progress must be visible and grow"
+        # Progress never runs ahead of the model: at most the five answered batches.
+        assert st.progress.done <= 5 * 16, st.progress
         # Nothing of an unfinished import is searchable.
         assert await env.points(ref.document_id) == 0
         await env.service.cancel(ref.task_id)
         final = await env.service.wait(ref.task_id, timeout=WAIT)
+        # Cancelled while its request was still held: the cancel (delivered with a heartbeat)
+        # did not wait for the model, and nothing was asked after it.
+        assert (fake_openai.held, fake_openai.requests - before) == (1, 6)
         assert final.status == "cancelled"
         assert await env.points(ref.document_id, staged=True) == 0
         # The cancelled version's files are gone too (chunks and parsed sections).
         assert [p.name for p in env.settings.chunks_dir.iterdir()] == []
         # Cancelled means its activity has stopped (the workflow waits for that): the request
-        # it had in flight drains and no other follows.
-        requests = fake_openai.requests
+        # it had in flight, once released, drains and no other follows.
+        fake_openai.release()
         await eventually(lambda: fake_openai.in_flight, lambda n: n == 0, what="in flight")
-        assert fake_openai.requests == requests, "embedding went on after the cancel"
+        assert fake_openai.requests - before == 6, "embedding went on after the cancel"
         assert fake_openai.embedded_count() < st.progress.total
         with pytest.raises(Exception, match="already finished"):
             await env.service.cancel(ref.task_id)
