@@ -10,7 +10,6 @@ document has no row, and removed by its next publish or delete.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,9 +42,9 @@ class LiveVersions:
             row = await s.get(LiveVersionRow, document_id)
         if row is not None:
             return row.version
-        return await asyncio.to_thread(
-            chunk_store.legacy_live_version, self.chunks_dir, document_id
-        )
+        # Inline, not in a thread: one small file's read (or a failed open) takes microseconds,
+        # a hop to a thread more, on every first import's steps.
+        return chunk_store.legacy_live_version(self.chunks_dir, document_id)
 
     async def put(self, document_id: str, version: str) -> None:
         """Make `version` the live one (one row write), then drop an earlier `.live` file."""
@@ -56,12 +55,12 @@ class LiveVersions:
                 .values(**values)
                 .on_conflict_do_update(index_elements=["document_id"], set_=values)
             )
-        await asyncio.to_thread(chunk_store.remove_legacy_pointer, self.chunks_dir, document_id)
+        chunk_store.remove_legacy_pointer(self.chunks_dir, document_id)
 
     async def delete(self, document_id: str) -> None:
         async with self.db.write() as s:
             await s.execute(delete(LiveVersionRow).where(LiveVersionRow.document_id == document_id))
-        await asyncio.to_thread(chunk_store.remove_legacy_pointer, self.chunks_dir, document_id)
+        chunk_store.remove_legacy_pointer(self.chunks_dir, document_id)
 
     async def documents(self) -> set[str]:
         """Every document with a row."""
