@@ -70,7 +70,6 @@ def _event(
     task: str, run: str, kind: EventType, task_type: TaskType, at: datetime, **data: Any
 ) -> TaskEvent:
     return TaskEvent(
-        event_id=f"{task}/{run}/{kind.value}",
         event_type=kind,
         task_id=task,
         run_id=run,

@@ -144,7 +144,6 @@ class OperatorActions:
             data["document_id"] = document
         error = f"{kind.value.removeprefix('Task')} by {actor}: {reason}" if actor else None
         event = TaskEvent(
-            event_id=f"{w.id}/{w.run_id}/{kind.value}",
             event_type=kind,
             task_id=w.id,
             run_id=w.run_id,

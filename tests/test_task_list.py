@@ -32,7 +32,6 @@ def ev(
     **data: Any,
 ) -> TaskEvent:
     return TaskEvent(
-        event_id=f"{task}/{run}/{kind.value}",
         event_type=kind,
         task_id=task,
         run_id=run,

@@ -235,7 +235,6 @@ def _priority_key() -> int | None:
 def _event(task_type: TaskType, kind: EventType, **fields: Any) -> TaskEvent:
     info = workflow.info()
     return TaskEvent(
-        event_id=f"{info.workflow_id}/{info.run_id}/{kind.value}",
         event_type=kind,
         task_id=info.workflow_id,
         run_id=info.run_id,

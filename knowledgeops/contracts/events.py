@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from knowledgeops.contracts.base import ActivityRef
 
@@ -28,9 +28,10 @@ class EventType(StrEnum):
 
 
 class TaskEvent(BaseModel):
-    # Deterministic (task id, run id, event type): an activity retry re-sends the same id and
-    # the store keeps one copy, so consumers see each event once per id.
-    event_id: str
+    # Deterministic (task id, run id, event type; derived from them unless given): an activity
+    # retry re-sends the same id and the store keeps one copy, so consumers see each event
+    # once per id.
+    event_id: str = ""
     event_type: EventType
     task_id: str
     run_id: str
@@ -39,6 +40,12 @@ class TaskEvent(BaseModel):
     at: datetime
     error: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _derived_id(self) -> TaskEvent:
+        if not self.event_id:
+            self.event_id = f"{self.task_id}/{self.run_id}/{self.event_type.value}"
+        return self
 
 
 class StoredEvent(TaskEvent):
