@@ -205,14 +205,16 @@ class TaskQueueService:
         if status == "running" and is_pending(memo, desc.raw_description.pending_activities):
             status = "pending"
         result: dict[str, Any] | None = None
-        if status == "completed":
-            value = await self.client.get_workflow_handle(task_id).result()
-            result = value if isinstance(value, dict) else None
-        elif status == "failed":
-            try:
-                await self.client.get_workflow_handle(task_id).result()
-            except WorkflowFailureError as e:
-                last_error = failure_text(e)
+        # Retention may delete the closed run between the describe and this read.
+        with _task_must_exist(task_id):
+            if status == "completed":
+                value = await self.client.get_workflow_handle(task_id).result()
+                result = value if isinstance(value, dict) else None
+            elif status == "failed":
+                try:
+                    await self.client.get_workflow_handle(task_id).result()
+                except WorkflowFailureError as e:
+                    last_error = failure_text(e)
         return TaskStatus(
             task_id=task_id,
             task_type=task_type,
