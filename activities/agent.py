@@ -54,7 +54,7 @@ SYSTEM_ID, INSTRUCTION_ID = 0, 1
 class AgentActivities:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
-        self.transcripts = TranscriptStore(OutputStore(resources.settings.outputs_dir))
+        self.transcripts = TranscriptStore(OutputStore(resources.storage))
         self.tools = Tools(resources)
 
     def _chat(self) -> ChatModel:
@@ -73,7 +73,7 @@ class AgentActivities:
             raise bad_input(
                 "TranscriptMissing",
                 f"the transcript of agent task {task_id} is gone from the output store "
-                f"({self.resources.settings.outputs_dir}); start a new agent task",
+                f"({self.resources.storage.describe()}); start a new agent task",
             )
         return transcript
 

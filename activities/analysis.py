@@ -10,7 +10,6 @@ already stored (a completion that never reached the server), so nothing is asked
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 from pydantic import BaseModel
@@ -21,9 +20,9 @@ from activities.map_reduce import (
     WorkDir,
     chosen_model,
     map_groups,
-    open_chunks,
     passages,
     plan_task,
+    read_chunks,
 )
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
@@ -96,7 +95,7 @@ class LocalDiagnosisGroup(BaseModel):
 class AnalysisActivities:
     def __init__(self, resources: Resources) -> None:
         self.r = resources
-        self.outputs = OutputStore(resources.settings.outputs_dir)
+        self.outputs = OutputStore(resources.storage)
 
     @activity.defn(name=PLAN_ANALYSIS.name)
     async def plan_analysis(self, req: AnalysisRequest) -> AnalysisPlan:
@@ -106,6 +105,7 @@ class AnalysisActivities:
         model = chosen_model(chat, req.method)
         plan = await plan_task(
             self.r.live_versions,
+            self.r.files,
             self.outputs,
             req.document_id,
             req.task_id,
@@ -113,6 +113,9 @@ class AnalysisActivities:
         )
         method = f"model:{model.model_id}" if model is not None else LOCAL_METHOD
         return AnalysisPlan(method=method, plan=plan)
+
+    def _work(self, task_id: str) -> WorkDir:
+        return WorkDir(self.r.storage, self.r.settings.outputs_dir, task_id)
 
     def _chat(self, method: str) -> ChatModel:
         if self.r.chat is None:
@@ -130,8 +133,8 @@ class AnalysisActivities:
             return done
         req, plan = step.request, step.plan
         out = await self._output(step)
-        work = WorkDir(self.r.settings.outputs_dir, req.task_id)
-        reader = open_chunks(self.r.settings.chunks_dir, req.document_id, plan.version)
+        work = self._work(req.task_id)
+        reader = await read_chunks(self.r.files, req.document_id, plan.version)
         try:
             with model_failures():
                 if step.method.startswith("model:"):
@@ -228,7 +231,7 @@ class AnalysisActivities:
     @activity.defn(name=DISCARD_ANALYSIS_WORK.name)
     async def discard_analysis_work(self, task_id: str) -> int:
         """Remove a failed or cancelled diagnosis's partial results."""
-        return await asyncio.to_thread(WorkDir(self.r.settings.outputs_dir, task_id).discard)
+        return await self._work(task_id).discard()
 
     async def _output(self, step: AnalysisStep) -> AnalysisOutput:
         req = step.request
@@ -248,15 +251,15 @@ class AnalysisActivities:
 
     async def _save(self, out: AnalysisOutput, work: WorkDir | None) -> AnalysisDone:
         out.markdown = analysis_md(out)
-        await asyncio.to_thread(self.outputs.save, out.task_id, out)
+        await self.outputs.save(out.task_id, out)
         if work is not None:
-            await asyncio.to_thread(work.discard)
+            await work.discard()
         return _done(out)
 
     async def _stored(self, task_id: str) -> AnalysisDone | None:
         """The output this run already stored (planning removed any earlier run's)."""
         try:
-            raw = await asyncio.to_thread(self.outputs.load, task_id)
+            raw = await self.outputs.load(task_id)
         except OutputNotFoundError:
             return None
         return _done(AnalysisOutput.model_validate(raw))

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities.artifacts_model import GROUP_MODELS, ModelArtifacts
-from activities.map_reduce import WorkDir, chosen_model, map_groups, open_chunks, plan_task
+from activities.map_reduce import WorkDir, chosen_model, map_groups, plan_task, read_chunks
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
 from knowledgeops import artifacts_render as render
@@ -56,7 +56,10 @@ LOCAL_METHODS: dict[str, str] = {
 class ArtifactActivities:
     def __init__(self, resources: Resources) -> None:
         self.r = resources
-        self.outputs = OutputStore(resources.settings.outputs_dir)
+        self.outputs = OutputStore(resources.storage)
+
+    def _work(self, task_id: str) -> WorkDir:
+        return WorkDir(self.r.storage, self.r.settings.outputs_dir, task_id)
 
     def _model(self, method: str) -> ModelArtifacts:
         if self.r.chat is None:
@@ -73,6 +76,7 @@ class ArtifactActivities:
         model = chosen_model(self.r.chat, req.method)
         plan = await plan_task(
             self.r.live_versions,
+            self.r.files,
             self.outputs,
             req.document_id,
             req.task_id,
@@ -84,8 +88,8 @@ class ArtifactActivities:
     @activity.defn(name=MAP_ARTIFACT.name)
     async def map_artifact(self, step: ArtifactStep) -> MapResult:
         req, plan = step.request, step.plan
-        work = WorkDir(self.r.settings.outputs_dir, req.task_id)
-        reader = open_chunks(self.r.settings.chunks_dir, req.document_id, plan.version)
+        work = self._work(req.task_id)
+        reader = await read_chunks(self.r.files, req.document_id, plan.version)
         try:
             with model_failures():
                 if step.method.startswith("model:"):
@@ -124,8 +128,8 @@ class ArtifactActivities:
     @activity.defn(name=REDUCE_ARTIFACT.name)
     async def reduce_artifact(self, step: ArtifactStep) -> ArtifactDone:
         req, plan = step.request, step.plan
-        work = WorkDir(self.r.settings.outputs_dir, req.task_id)
-        partials = [await asyncio.to_thread(work.load, i) for i in range(len(plan.starts))]
+        work = self._work(req.task_id)
+        partials = [await work.load(i) for i in range(len(plan.starts))]
         if any(p is None for p in partials):
             return await self._already_done(req)
         usage = TokenUsage()
@@ -159,8 +163,8 @@ class ArtifactActivities:
             out.notes.append(f"The {out.method} method found nothing to put in a {out.kind}.")
         _render(out)
         size = await asyncio.to_thread(lambda: len(out.model_dump_json()))
-        await asyncio.to_thread(self.outputs.save, req.task_id, out)
-        await asyncio.to_thread(work.discard)
+        await self.outputs.save(req.task_id, out)
+        await work.discard()
         return ArtifactDone(
             items=_items(out), usage=out.usage, method=out.method, output_bytes=size
         )
@@ -168,13 +172,13 @@ class ArtifactActivities:
     @activity.defn(name=DISCARD_ARTIFACT_WORK.name)
     async def discard_artifact_work(self, task_id: str) -> int:
         """Remove a failed or cancelled task's partial results (the stored groups)."""
-        return await asyncio.to_thread(WorkDir(self.r.settings.outputs_dir, task_id).discard)
+        return await self._work(task_id).discard()
 
     async def _already_done(self, req: ArtifactRequest) -> ArtifactDone:
         """A reduce whose completion never reached the server stored the output and removed
         the partials: answer from the output (planning removed any earlier run's)."""
         try:
-            raw = await asyncio.to_thread(self.outputs.load, req.task_id)
+            raw = await self.outputs.load(req.task_id)
         except OutputNotFoundError:
             raise bad_input(
                 "ArtifactWorkMissing",

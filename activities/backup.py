@@ -5,7 +5,9 @@ This runs in the worker because the worker owns the embedded index. Each stage w
 the archive folder; only names and counts go back to the workflow. The index and files
 stages heartbeat a checkpoint, so a retry after a crash continues where the last heartbeat
 left off; the pool being content-addressed, a file copied before a crash is never copied
-again either way.
+again either way. With STORAGE_URL, the stored files and chunk files are the store's (the
+true copies): each is read from this machine's working copy if it has one, else downloaded
+straight into the pool.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from knowledgeops.backup_archive import (
     IndexCollection,
     Manifest,
     copy_hashing,
+    local_sources,
     part_name,
     part_of,
     sha256_file,
+    stored_sources,
     write_points,
 )
 from knowledgeops.backup_export import backup_store, export_key, is_export_key, write_export
@@ -61,8 +65,7 @@ from knowledgeops.contracts.backup import (
 )
 from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources
-from knowledgeops.storage.store import StorageConfigError, fsync_dir
-from knowledgeops.stores import chunk_store, file_store
+from knowledgeops.storage.store import StorageConfigError, StoredObjectMissing, fsync_dir
 from knowledgeops.stores.backups import (
     LISTING,
     MANIFEST,
@@ -177,7 +180,11 @@ class BackupActivities:
         listing_path = self._folder(req) / LISTING
         pool = pool_dir(s.backups_dir)
         pool.mkdir(parents=True, exist_ok=True)
-        sources = await asyncio.to_thread(_sources, s.files_dir, s.chunks_dir)
+        files = self.resources.files
+        if files.shared:
+            sources = await stored_sources(files, s.files_dir, s.chunks_dir)
+        else:
+            sources = await asyncio.to_thread(local_sources, s.files_dir, s.chunks_dir)
         listed = listing_path.stat().st_size if listing_path.exists() else 0
         cp = resume_from(FilesCheckpoint(total=len(sources)), lambda c: c.listing_bytes <= listed)
         cp.total = max(len(sources), cp.done)
@@ -191,7 +198,7 @@ class BackupActivities:
                 for rel, path in sources:
                     if rel <= cp.after:
                         continue
-                    entry, copied = await asyncio.to_thread(_into_pool, rel, path, pool)
+                    entry, copied = await self._pooled(rel, path, pool)
                     if entry is None:
                         continue  # removed since it was listed (its document was deleted)
                     listing.write(entry.model_dump_json().encode() + b"\n")
@@ -220,6 +227,21 @@ class BackupActivities:
             bytes_copied=cp.bytes_copied,
             bytes=cp.bytes,
         )
+
+    async def _pooled(self, rel: str, path: Path, pool: Path) -> tuple[FileEntry | None, bool]:
+        """`_into_pool`; a file only in STORAGE_URL's store is downloaded into the pool (the
+        working copy would be a second copy of every file on this machine)."""
+        files = self.resources.files
+        if files.store is None or await asyncio.to_thread(_here, rel, path, pool):
+            return await asyncio.to_thread(_into_pool, rel, path, pool)
+        download = pool / f".tmp-fetch-{path.name}-{os.getpid()}"  # pruned if we die
+        try:
+            await files.store.get_file(files.key(path), download)
+            return await asyncio.to_thread(_into_pool, rel, download, pool, move=True)
+        except StoredObjectMissing:
+            return None, False  # removed since it was listed (its document was deleted)
+        finally:
+            download.unlink(missing_ok=True)
 
     @activity.defn(name=WRITE_MANIFEST.name)
     async def write_backup_manifest(self, req: ManifestRequest) -> ManifestResult:
@@ -299,39 +321,34 @@ def _finish_collection(folder: Path, meta: CollectionMeta, parts: int) -> None:
     write_atomically(folder / COLLECTION_META, meta.model_dump_json().encode())
 
 
-def _sources(files_dir: Path, chunks_dir: Path) -> list[tuple[str, Path]]:
-    """Stored files and chunk files in path order (temporary files left out)."""
-    found: list[tuple[str, Path]] = []
-    if files_dir.is_dir():
-        found += [
-            (f"files/{p.name}", p)
-            for p in files_dir.iterdir()
-            if file_store.FILE_ID_RE.fullmatch(p.name) and p.is_file()
-        ]
-    if chunks_dir.is_dir():
-        found += [
-            (f"chunks/{p.name}", p)
-            for p in chunks_dir.iterdir()
-            # `.live` names each document's published version (chunk_store).
-            if p.suffix in (".jsonl", ".idx", chunk_store.LIVE_SUFFIX) and p.is_file()
-        ]
-    return sorted(found)
+def _here(rel: str, path: Path, pool: Path) -> bool:
+    """The file can be pooled without the store: it is in the working copy, or it is a stored
+    file whose blob (named by its id, its hash) the pool has."""
+    return path.is_file() or (rel.startswith("files/") and (pool / path.name).is_file())
 
 
-def _into_pool(rel: str, path: Path, pool: Path) -> tuple[FileEntry | None, bool]:
-    """The file's pool entry, copying it into the pool unless its blob is there already.
-    A stored file's id is its hash, so a present one is not even read."""
-    suffix = "".join(path.suffixes[-1:]) if rel.startswith("chunks/") else ""
+def _into_pool(
+    rel: str, path: Path, pool: Path, *, move: bool = False
+) -> tuple[FileEntry | None, bool]:
+    """The pool entry of the file `rel` (at `path`), copying it into the pool unless its blob
+    is there already (`move`: `path` is a download of it, moved in instead). A stored file's
+    id is its hash, so a present one is not even read."""
+    name = rel.rsplit("/", 1)[1]
+    suffix = Path(name).suffix if rel.startswith("chunks/") else ""
     try:
         if rel.startswith("files/"):
-            sha = path.name[:64]
-            suffix = path.name[64:]
+            sha = name[:64]
+            suffix = name[64:]
         else:
             sha = sha256_file(path)
         blob = pool / f"{sha}{suffix}"
         if blob.exists():
             return FileEntry(path=rel, blob=blob.name, sha256=sha, bytes=blob.stat().st_size), False
-        actual = copy_hashing(path, blob)
+        if move:
+            actual = sha if rel.startswith("chunks/") else sha256_file(path)
+            os.replace(path, blob)
+        else:
+            actual = copy_hashing(path, blob)
     except FileNotFoundError:
         return None, False
     if actual != sha:

@@ -8,6 +8,13 @@ has picked up yet has recorded no event, and its stored file must survive.
 The removal re-checks every item with the same rules just before removing it, so an item that
 became needed between listing and removal (a re-upload, a new import) is kept and reported as
 skipped; everything else on the list is removed, and nothing that is not on it.
+
+With STORAGE_URL, stored files and chunk files are looked for in the store too (it holds the
+true copies; the data folder is this machine's working copy). An item is still named by its
+path in the data folder (`files/<id>`, `chunks/<document>~<version>.jsonl`), which names one
+local file and one store key, and removing it removes both. A stored file's age is that of
+its youngest copy, so an upload on another machine is judged by when it reached the store.
+Temp files are only ever local.
 """
 
 from __future__ import annotations
@@ -17,8 +24,8 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,6 +34,7 @@ from temporalio import activity
 
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops import cleanup_backups
+from knowledgeops.backup_archive import stored_objects
 from knowledgeops.contracts.cleanup import (
     FIND_ORPHANS,
     REMOVE_ORPHANS,
@@ -46,6 +54,7 @@ from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
+from knowledgeops.storage.store import StoredObject
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
@@ -66,6 +75,8 @@ NEEDED_FRESH_SECONDS = 2.0
 class Needed:
     file_ids: frozenset[str]
     document_ids: frozenset[str]
+    # STORAGE_URL's stored files by file id, listed with this view (for their age).
+    stored: Mapping[str, StoredObject] = field(default_factory=dict)
 
 
 def plan_path(settings: Settings, task_id: str) -> Path:
@@ -82,12 +93,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _age(path: Path) -> float:
-    """Seconds since the file was last written; -1 (younger than any rule) if it is gone."""
-    try:
-        return time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return -1.0
+def _age(path: Path, stored: StoredObject | None = None) -> float:
+    """Seconds since the file was last written, here or (`stored`) in the store, whichever is
+    younger; -1 (younger than any rule) if it is in neither."""
+    ages = []
+    with contextlib.suppress(FileNotFoundError):
+        ages.append(time.time() - path.stat().st_mtime)
+    if stored is not None:  # at least 0: the store's clock may run ahead of ours
+        ages.append(max(0.0, (datetime.now(UTC) - stored.modified).total_seconds()))
+    return min(ages, default=-1.0)
 
 
 def _entries(folder: Path) -> list[tuple[Path, os.stat_result]]:
@@ -108,13 +122,17 @@ class CleanupActivities:
 
     # -- what is needed -------------------------------------------------------------------
 
-    async def _needed(self) -> Needed:
+    async def _needed(self, stored: bool = False) -> Needed:
+        """`stored`: list the store's stored files too (before the rest: a file uploaded
+        after the listing is young or needed by the time the view is complete)."""
+        objects = await stored_objects(self.resources.files, "files") if stored else {}
         async with self.resources.db.sessions() as s:
             rows = (await s.execute(select(DocumentRow.document_id, DocumentRow.file_id))).all()
         live = await self._live_imports()
         return Needed(
             file_ids=frozenset([r.file_id for r in rows] + [p.file_id for p in live]),
             document_ids=frozenset([r.document_id for r in rows] + [p.document_id for p in live]),
+            stored=objects,
         )
 
     async def _live_imports(self) -> list[DocumentImportPayload]:
@@ -132,16 +150,25 @@ class CleanupActivities:
         return name if name.is_absolute() else self.settings.data_dir / name
 
     def _path(self, item: CleanupItem, folder: Path) -> Path:
-        """The item's file, refusing any name that is not directly inside `folder`."""
+        """The item's file, refusing any name that is not directly inside `folder`, and a
+        stored or chunk file's that is not one (its store key would be another object's)."""
         path = self._located(item)
         if path.parent.resolve() != folder.resolve() or path.name in ("", ".", ".."):
             raise bad_input("InvalidPlan", f"{item.name!r} is not a file in {folder}")
+        if item.kind == OrphanKind.FILES and not FILE_ID_RE.fullmatch(path.name):
+            raise bad_input("InvalidPlan", f"{item.name!r} is not a stored file's name")
+        if item.kind == OrphanKind.CHUNKS:
+            try:
+                chunk_store.check_document_id(self._chunk_document(path) or "")
+            except ValueError:
+                raise bad_input("InvalidPlan", f"{item.name!r} is no chunk file's name") from None
         return path
 
     def _file_orphan(self, path: Path, needed: Needed, grace: timedelta) -> bool:
         if path.name.startswith(".") or not FILE_ID_RE.fullmatch(path.name):
             return False  # temp files have their own rule; anything else is not ours
-        return path.name not in needed.file_ids and _age(path) >= grace.total_seconds()
+        age = _age(path, needed.stored.get(path.name))
+        return path.name not in needed.file_ids and age >= grace.total_seconds()
 
     @staticmethod
     def _chunk_document(path: Path) -> str | None:
@@ -160,18 +187,22 @@ class CleanupActivities:
     # -- finding --------------------------------------------------------------------------
 
     def _scan_files(self, needed: Needed, grace: timedelta) -> list[CleanupItem]:
+        folder = self.settings.files_dir
+        sizes = _sizes(folder, needed.stored)
         return [
-            CleanupItem(kind=OrphanKind.FILES, name=self._rel(p), bytes=st.st_size)
-            for p, st in _entries(self.settings.files_dir)
-            if self._file_orphan(p, needed, grace)
+            CleanupItem(kind=OrphanKind.FILES, name=self._rel(folder / name), bytes=size)
+            for name, size in sizes.items()
+            if self._file_orphan(folder / name, needed, grace)
         ]
 
-    def _scan_chunks(self, needed: Needed) -> list[CleanupItem]:
-        out = []
-        for p, st in _entries(self.settings.chunks_dir):
-            doc = self._chunk_document(p)
+    def _scan_chunks(self, needed: Needed, stored: Mapping[str, StoredObject]) -> list[CleanupItem]:
+        folder, out = self.settings.chunks_dir, []
+        for name, size in _sizes(folder, stored).items():
+            doc = self._chunk_document(folder / name)
             if doc is not None and doc not in needed.document_ids:
-                out.append(CleanupItem(kind=OrphanKind.CHUNKS, name=self._rel(p), bytes=st.st_size))
+                out.append(
+                    CleanupItem(kind=OrphanKind.CHUNKS, name=self._rel(folder / name), bytes=size)
+                )
         return out
 
     def _scan_temp(self, grace: timedelta) -> list[CleanupItem]:
@@ -209,14 +240,15 @@ class CleanupActivities:
         items: list[CleanupItem] = []
         async with Heartbeater():
             # Needed first: anything that starts after this is caught by the removal's re-check.
-            needed = await self._needed()
+            needed = await self._needed(stored=OrphanKind.FILES in req.kinds)
             for kind in OrphanKind:  # a fixed order, whatever the payload's order
                 if kind not in req.kinds:
                     continue
                 if kind == OrphanKind.FILES:
                     items += await asyncio.to_thread(self._scan_files, needed, grace)
                 elif kind == OrphanKind.CHUNKS:
-                    items += await asyncio.to_thread(self._scan_chunks, needed)
+                    stored = await stored_objects(self.resources.files, "chunks")
+                    items += await asyncio.to_thread(self._scan_chunks, needed, stored)
                 elif kind == OrphanKind.POINTS:
                     items += await self._scan_points(needed)
                 elif kind == OrphanKind.BACKUPS:
@@ -260,8 +292,12 @@ class CleanupActivities:
         )
         hb = Heartbeater(cp.model_dump())
         grace = timedelta(minutes=plan.grace_minutes)
+        # A stored file's age in the store comes from a listing, taken with each fresh view.
+        listed = self.resources.files.shared and any(
+            i.kind == OrphanKind.FILES for i in plan.items[cp.done :]
+        )
         async with hb:
-            needed, seen_at = await self._needed(), time.monotonic()
+            needed, seen_at = await self._needed(listed), time.monotonic()
             while cp.done < len(plan.items):
                 batch = self._pool_batch(plan.items, cp.done)
                 if batch:  # judged together, under the pool lock
@@ -273,7 +309,7 @@ class CleanupActivities:
                     batch = [plan.items[cp.done]]
                     if time.monotonic() - seen_at > NEEDED_FRESH_SECONDS:
                         # An import may have started since: judge each item on a fresh view.
-                        needed, seen_at = await self._needed(), time.monotonic()
+                        needed, seen_at = await self._needed(listed), time.monotonic()
                     outcomes = [await self._remove(batch[0], needed, grace)]
                 for item, removed in zip(batch, outcomes, strict=True):
                     tally = cp.removed if removed else cp.skipped
@@ -313,19 +349,21 @@ class CleanupActivities:
         upload_temp = Path(item.name).name.startswith(UPLOAD_TEMP_PREFIX)
         folder = s.files_dir if item.kind == OrphanKind.FILES or upload_temp else s.chunks_dir
         path = self._path(item, folder)
-        rule: Callable[[Path], bool]
-        if item.kind == OrphanKind.FILES:
-            rule = lambda p: self._file_orphan(p, needed, grace)  # noqa: E731
-        elif item.kind == OrphanKind.CHUNKS:
-            rule = lambda p: self._chunk_document(p) not in needed.document_ids  # noqa: E731
-        else:
-            rule = lambda p: self._temp_orphan(p, grace)  # noqa: E731
-        removed = await asyncio.to_thread(_unlink_if, path, rule)
-        doc = self._chunk_document(path) if item.kind == OrphanKind.CHUNKS else None
-        if removed and doc is not None:
+        if item.kind == OrphanKind.TEMP_FILES:
+            return await asyncio.to_thread(_unlink_if, path, lambda p: self._temp_orphan(p, grace))
+        files, doc = self.resources.files, self._chunk_document(path)
+        if await files.exists(path):  # here or in the store; else an earlier attempt removed it
+            if item.kind == OrphanKind.FILES:
+                orphan = await asyncio.to_thread(self._file_orphan, path, needed, grace)
+            else:
+                orphan = doc not in needed.document_ids
+            if not orphan:
+                return False
+            await files.remove(path)  # the working copy, then the store's
+        if item.kind == OrphanKind.CHUNKS and doc is not None and doc not in needed.document_ids:
             # Its live-version pointer goes with its files (a document no longer listed).
             await self.resources.live_versions.delete(doc)
-        return removed
+        return True
 
     async def _delete_rows(self, item: CleanupItem) -> None:
         if item.before is None or item.up_to_id is None:
@@ -335,6 +373,14 @@ class CleanupActivities:
         # Bounded batches: each its own short transaction; the heartbeat runs meanwhile.
         while await store.delete_older_than(item.before, item.up_to_id):
             pass
+
+
+def _sizes(folder: Path, stored: Mapping[str, StoredObject]) -> dict[str, int]:
+    """Every file name in `folder` or (STORAGE_URL) in the store, with its size (the store's,
+    which holds the true copy), in name order."""
+    sizes = {p.name: st.st_size for p, st in _entries(folder)}
+    sizes.update({name: obj.size for name, obj in stored.items()})
+    return dict(sorted(sizes.items()))
 
 
 def _unlink_if(path: Path, rule: Callable[[Path], bool]) -> bool:

@@ -25,7 +25,6 @@ from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.resources import Resources
 from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.chunk_store import delete_chunks
 
 # How often the stop step looks whether the import has closed.
 STOP_POLL_SECONDS = 0.5
@@ -72,7 +71,7 @@ class DocumentDeleteActivities:
     async def delete_chunks(self, req: DocumentRef) -> None:
         # The pointer first: readers then find nothing live rather than files going away.
         await self.resources.live_versions.delete(req.document_id)
-        await asyncio.to_thread(delete_chunks, self.settings.chunks_dir, req.document_id)
+        await self.resources.files.delete_document(req.document_id)
 
     @activity.defn(name=REMOVE_DOCUMENT.name)
     async def remove(self, req: RemoveDocumentRequest) -> RemovedDocument:
@@ -92,5 +91,6 @@ class DocumentDeleteActivities:
                 req.document_id,
                 req.file_id,
                 record,
+                files=self.resources.files,
             )
         return RemovedDocument(listed=listed, file_removed=file_removed)

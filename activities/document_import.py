@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from functools import partial
 from typing import Any
 
 from temporalio import activity
@@ -33,6 +32,7 @@ from knowledgeops.resources import Resources
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import sections_file
+from knowledgeops.stores.ocr_results import OcrResults
 
 
 class ImportActivities:
@@ -65,10 +65,12 @@ class ImportActivities:
             path = file_store.path_for(self.settings.files_dir, req.file_id)
         except ValueError as e:
             raise bad_input("InvalidFileId", str(e)) from None
-        if not path.is_file():
+        # From the store, when another machine took the upload (STORAGE_URL).
+        if not await self.resources.files.fetch(path):
             raise bad_input(
                 "FileNotFound",
-                f"stored file {req.file_id} does not exist; upload it again",
+                f"stored file {req.file_id} does not exist in {self.resources.files.describe()}; "
+                "upload it again",
             )
         size = path.stat().st_size
         if size > self.settings.max_file_bytes:
@@ -77,34 +79,46 @@ class ImportActivities:
                 f"{req.filename or req.file_id} is {size} bytes; the limit is "
                 f"{self.settings.max_file_bytes} (MAX_FILE_BYTES)",
             )
+        sections = sections_file(self.settings.chunks_dir, req.document_id, req.version)
         try:
             async with self._parser_slot(), Heartbeater():
-                return await run_parse(
+                parsed = await run_parse(
                     path,
                     req.filename or path.name,
                     req.document_id,
-                    sections_file(self.settings.chunks_dir, req.document_id, req.version),
+                    sections,
                     self.settings.parser_memory_mb,
                     self._limits(),
                 )
+                # The chunk step may run on another machine.
+                await self.resources.files.send(sections)
+                return parsed
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None
 
     @activity.defn(name=CHUNK_DOCUMENT.name)
     async def chunk_document(self, req: ChunkRequest) -> ChunkResult:
-        chunks_dir = self.settings.chunks_dir
-        if chunk_store.has_version(chunks_dir, req.document_id, req.version):
+        chunks_dir, files = self.settings.chunks_dir, self.resources.files
+        if await files.has_version(req.document_id, req.version):
             # Chunked by an earlier attempt that died before reporting: same input, same chunks.
+            # Sent again: that attempt may have died before it sent them (same names, same
+            # bytes); with no STORAGE_URL neither step does anything.
+            await files.fetch_version(req.document_id, req.version)
+            await files.send_version(req.document_id, req.version)
             reader = chunk_store.ChunkReader(chunks_dir, req.document_id, req.version)
             reader.close()
             return ChunkResult(total_chunks=reader.count)
         sections = sections_file(chunks_dir, req.document_id, req.version)
-        if not sections.exists():
+        if not await files.fetch(sections):
             raise bad_input(
                 "SectionsMissing",
                 f"the parsed text of {req.document_id} version {req.version} is gone (removed "
                 "by a delete or a cleanup); import the document again",
             )
+        if req.ocr_file_id:
+            # Recognised pages are read into the chunks (OCR may have run on another machine).
+            ocr = OcrResults(self.settings.ocr_dir)
+            await files.fetch_all(ocr.path(req.ocr_file_id, p) for p in req.ocr_pages)
         try:
             async with self._parser_slot(), Heartbeater():
                 total = await run_chunk(
@@ -122,6 +136,7 @@ class ImportActivities:
                     if req.ocr_file_id
                     else None,
                 )
+                await files.send_version(req.document_id, req.version)
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None
         return ChunkResult(total_chunks=total)
@@ -136,8 +151,7 @@ class ImportActivities:
     async def publish_version(self, req: VersionRequest) -> PublishResult:
         """Search switches to this version's points; then its chunk files become the live ones
         (the previous version's are removed). How, `req.purpose` says (see VersionPurpose)."""
-        chunks_dir = self.settings.chunks_dir
-        doc = req.document_id
+        data, doc = self.resources.files, req.document_id
         versions = self.resources.live_versions
         async with Heartbeater():
             live = (await self.resources.live_index()).collection
@@ -152,9 +166,7 @@ class ImportActivities:
                         collection, doc, req.version, staged_only=False
                     )
                     if req.version != req.source:  # not the live version's own files
-                        await asyncio.to_thread(
-                            chunk_store.discard, chunks_dir, doc, req.version, previous
-                        )
+                        await data.discard(doc, req.version, previous)
                     return PublishResult(stale_removed=0, live=True)
                 first = req.first_round
                 # Its files once its collection is live, replacing only the version it was
@@ -162,7 +174,7 @@ class ImportActivities:
                 files, previous_only = collection == live, True
             elif req.purpose == "import":
                 # The only version the document ever had: no other can have points to delete.
-                first = chunk_store.only_version(chunks_dir, doc, req.version, previous)
+                first = await data.only_version(doc, req.version, previous)
                 files, previous_only = True, False
             else:  # "import_again": the new live index may hold a rebuild's version
                 first, files, previous_only = False, True, False
@@ -171,22 +183,18 @@ class ImportActivities:
             )
             if files:
                 if previous != req.version:
-                    if not chunk_store.has_version(chunks_dir, doc, req.version):
+                    if not await data.has_version(doc, req.version):
                         raise FileNotFoundError(f"no chunks stored for {doc} version {req.version}")
                     # The pointer moves in one row write; readers switch to the new files.
                     await versions.put(doc, req.version)
-                await asyncio.to_thread(
-                    partial(
-                        chunk_store.remove_other_versions,
-                        chunks_dir,
-                        doc,
-                        req.version,
-                        previous,
-                        previous_only=previous_only,
-                        # Known: no other version's files to look for (a scan of the whole
-                        # chunk folder, 2 % of the worker's CPU at 2,000 documents).
-                        only_version=first,
-                    )
+                await data.remove_other_versions(
+                    doc,
+                    req.version,
+                    previous,
+                    previous_only=previous_only,
+                    # Known: no other version's files to look for (a scan of the whole chunk
+                    # folder, 2 % of the worker's CPU at 2,000 documents).
+                    only_version=first,
                 )
             # Read again after the write: a switch during it must not go unnoticed.
             still_live = collection == (await self.resources.live_index()).collection
@@ -197,7 +205,6 @@ class ImportActivities:
         """What a failed or cancelled import or rebuild wrote: its staged points, chunk and
         section files. The live version is never touched. The same for every purpose: whether
         the version was published and whether its collection is live say what goes."""
-        chunks_dir = self.settings.chunks_dir
         async with Heartbeater():
             live = (await self.resources.live_index()).collection
             collection = req.collection or live
@@ -212,10 +219,7 @@ class ImportActivities:
                 req.version,
                 staged_only=published and collection == live,
             )
-            await asyncio.to_thread(
-                chunk_store.discard, chunks_dir, req.document_id, req.version, live_version
-            )
-            sections_file(chunks_dir, req.document_id, req.version).unlink(missing_ok=True)
+            await self.resources.files.discard(req.document_id, req.version, live_version)
             # The import re-listed the document with its owner and tags before it failed:
             # the live version's points take them, so search filters as the catalogue says.
             row = await self.catalogue.get(req.document_id)

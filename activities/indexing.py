@@ -82,6 +82,8 @@ class EmbedActivities:
 
         try:
             async with hb:
+                # From the store, when another machine chunked it (STORAGE_URL).
+                await self.resources.files.fetch_version(req.document_id, req.version)
                 out = await embed_chunks(
                     self.resources.store,
                     embedder,
@@ -123,6 +125,7 @@ class EmbedActivities:
         fields = DocumentFields(row.owner, tuple(row.tags or ())) if row else DocumentFields()
         try:
             async with hb:
+                await self.resources.files.fetch_version(req.document_id, req.version)
                 return await upsert_chunks(
                     self.resources.store,
                     model,

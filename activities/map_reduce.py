@@ -1,33 +1,44 @@
 """Map-reduce over a document's chunk groups, for the AI activities.
 
 A document longer than one model request is cut into chunk groups (`plan_groups`, bounded by
-CHAT_INPUT_TOKENS); each group's partial result is written to the task's work directory
-(`outputs/.work/<task id>/group-<i>.json`) as soon as it exists, and the heartbeat carries the
-number of groups done. A retry after a crash reads finished groups back instead of paying for
-them again. The work directory goes when the task completes, fails or is cancelled.
+CHAT_INPUT_TOKENS); each group's partial result is stored in the task's work folder (key
+`outputs/work/<task id>/group-<i>.json`, in STORAGE_URL's store, so a retry on another machine
+finds it) as soon as it exists, and the heartbeat carries the number of groups done. A retry
+after a crash reads finished groups back instead of paying for them again. The work folder goes
+when the task completes, fails or is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
 from knowledgeops.embedding import token_upper_bound
+from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
-from knowledgeops.stores.file_store import write_atomically
+from knowledgeops.stores.data_files import DataFiles
 from knowledgeops.stores.live_versions import LiveVersions
-from knowledgeops.stores.outputs import OutputStore
+from knowledgeops.stores.outputs import (
+    OutputStore,
+    check_task_id,
+    discard_folder,
+    read_local,
+    remove_local_folder,
+)
 
 P = TypeVar("P", bound=BaseModel)
+# Where earlier versions kept the partial results, under the data folder's outputs/: a name
+# starting with "." is no store key, so the folder moved to outputs/work/.
+LEGACY_WORK = ".work"
 
 
 class Partial(BaseModel):
@@ -38,33 +49,51 @@ class Partial(BaseModel):
 
 
 class WorkDir:
-    def __init__(self, outputs_dir: Path, task_id: str) -> None:
-        # OutputStore.path refuses a task id with a path separator before it names a folder.
-        OutputStore(outputs_dir).path(task_id)
-        self.path = outputs_dir / ".work" / task_id
+    def __init__(self, storage: Store, outputs_dir: Path, task_id: str) -> None:
+        """`outputs_dir`: the data folder's outputs/ (settings.outputs_dir), where a task in
+        flight during an upgrade has its earlier partial results."""
+        # Checked before it names a key or a folder: a task id has no path separator.
+        check_task_id(task_id)
+        self.storage = storage
+        self.prefix = f"outputs/work/{task_id}"
+        self.legacy = outputs_dir / LEGACY_WORK / task_id
 
-    def group_file(self, i: int) -> Path:
-        return self.path / f"group-{i}.json"
+    def key(self, i: int) -> str:
+        return f"{self.prefix}/group-{i}.json"
 
-    def load(self, i: int) -> Partial | None:
+    async def load(self, i: int) -> Partial | None:
+        key = self.key(i)
+        raw: bytes | None
         try:
-            return Partial.model_validate_json(self.group_file(i).read_bytes())
-        except FileNotFoundError:
+            raw = await self.storage.get(key)
+        except StoredObjectMissing:
+            raw = await asyncio.to_thread(read_local, self.legacy / f"group-{i}.json")
+        if raw is None:
             return None
+        try:
+            return Partial.model_validate_json(raw)
         except ValidationError:
-            activity.logger.warning("ignoring unreadable partial result %s", self.group_file(i))
+            activity.logger.warning(
+                "ignoring unreadable partial result %s in %s", key, self.storage.describe()
+            )
             return None
 
-    def save(self, i: int, partial: Partial) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.group_file(i), partial.model_dump_json().encode())
+    async def save(self, i: int, partial: Partial) -> None:
+        await self.storage.put(self.key(i), partial.model_dump_json().encode())
 
-    def discard(self) -> int:
-        if not self.path.is_dir():
-            return 0
-        removed = sum(1 for p in self.path.iterdir() if p.is_file())
-        shutil.rmtree(self.path, ignore_errors=True)
-        return removed
+    async def discard(self) -> int:
+        removed = await discard_folder(self.storage, self.prefix)
+        return removed + await asyncio.to_thread(remove_local_folder, self.legacy)
+
+
+async def read_chunks(files: DataFiles, document_id: str, version: str | None) -> ChunkReader:
+    """`open_chunks`, after fetching the version's chunk files from STORAGE_URL's store when
+    this machine does not have them (another one imported the document)."""
+    try:
+        await files.fetch_version(document_id, version)
+    except ValueError as e:  # not a document id or version: the same answer as open_chunks's
+        raise _unreadable(document_id, version, e) from None
+    return await asyncio.to_thread(open_chunks, files.chunks_dir, document_id, version)
 
 
 def open_chunks(chunks_dir: Path, document_id: str, version: str | None) -> ChunkReader:
@@ -74,16 +103,20 @@ def open_chunks(chunks_dir: Path, document_id: str, version: str | None) -> Chun
     try:
         return ChunkReader(chunks_dir, document_id, version)
     except (FileNotFoundError, ValueError) as e:
-        if version is not None:
-            raise bad_input(
-                "DocumentChanged",
-                f"document {document_id} was re-imported or deleted while this task ran ({e}); "
-                "start the task again",
-            ) from None
-        raise bad_input(
-            "DocumentNotFound",
-            f"{e}; import the document first (knowledgeops import FILE) and use its id",
-        ) from None
+        raise _unreadable(document_id, version, e) from None
+
+
+def _unreadable(document_id: str, version: str | None, e: Exception) -> ApplicationError:
+    if version is not None:
+        return bad_input(
+            "DocumentChanged",
+            f"document {document_id} was re-imported or deleted while this task ran ({e}); "
+            "start the task again",
+        )
+    return bad_input(
+        "DocumentNotFound",
+        f"{e}; import the document first (knowledgeops import FILE) and use its id",
+    )
 
 
 def plan_groups(reader: ChunkReader, document_id: str, budget_tokens: int) -> GroupPlan:
@@ -116,13 +149,18 @@ def chosen_model(chat: ChatModel | None, method: str) -> ChatModel | None:
 
 
 async def plan_task(
-    versions: LiveVersions, outputs: OutputStore, document_id: str, task_id: str, budget_tokens: int
+    versions: LiveVersions,
+    files: DataFiles,
+    outputs: OutputStore,
+    document_id: str,
+    task_id: str,
+    budget_tokens: int,
 ) -> GroupPlan:
     """A map-reduce task's first step: the document's live chunk groups (heartbeating while
     they are planned), and no output of an earlier run of this task (a manual retry replaces
     it)."""
     version = await versions.get(document_id)
-    reader = open_chunks(versions.chunks_dir, document_id, version)
+    reader = await read_chunks(files, document_id, version)
     try:
         async with Heartbeater():
             plan = await asyncio.to_thread(plan_groups, reader, document_id, budget_tokens)
@@ -130,7 +168,7 @@ async def plan_task(
         reader.close()
     if not plan.starts:
         raise bad_input("EmptyDocument", f"document {document_id} has no chunks")
-    await asyncio.to_thread(outputs.delete, task_id)
+    await outputs.delete(task_id)
     return plan
 
 
@@ -161,7 +199,7 @@ async def map_groups(
     async with Heartbeater(GroupCheckpoint(total=total).model_dump()) as hb:
         for i in range(total):
             # The stored file, not only the checkpoint, decides: a heartbeat may lag the save.
-            stored = await asyncio.to_thread(work.load, i)
+            stored = await work.load(i)
             if stored is not None:
                 value = partial_type.model_validate_json(stored.value)
                 reused += 1
@@ -171,7 +209,7 @@ async def map_groups(
                 chunks = await asyncio.to_thread(reader.read, start, end)
                 value, cost = await fn(chunks)
                 partial = Partial(value=value.model_dump_json(), usage=cost)
-                await asyncio.to_thread(work.save, i, partial)
+                await work.save(i, partial)
             results.append(value)
             usage = usage.add(cost)
             hb.update(GroupCheckpoint(done=i + 1, total=total, usage=usage).model_dump())

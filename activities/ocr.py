@@ -37,19 +37,22 @@ _PAGED = ("pdf", "tiff")
 class OcrActivities:
     def __init__(self, resources: Resources) -> None:
         self.settings = resources.settings
+        self.files = resources.files
         self.results = OcrResults(self.settings.ocr_dir)
         # At most one OCR process per two cores, as for parsers (PARSER_CONCURRENCY): each
         # runs two onnxruntime threads and peaks at ~1 GB; more would only thrash.
         self._slots = asyncio.Semaphore(self.settings.parser_concurrency)
 
-    def _stored(self, file_id: str, filename: str) -> Path:
+    async def _stored(self, file_id: str, filename: str) -> Path:
         try:
             path = file_store.path_for(self.settings.files_dir, file_id)
         except ValueError as e:
             raise bad_input("InvalidFileId", str(e)) from None
-        if not path.is_file():
+        # From the store, when another machine took the upload (STORAGE_URL).
+        if not await self.files.fetch(path):
             raise bad_input(
-                "FileNotFound", f"stored file {file_id} does not exist; upload it again"
+                "FileNotFound",
+                f"stored file {file_id} does not exist in {self.files.describe()}; upload it again",
             )
         size = path.stat().st_size
         if size > self.settings.max_file_bytes:
@@ -75,7 +78,7 @@ class OcrActivities:
 
     @activity.defn(name=INSPECT_OCR_INPUT.name)
     async def inspect_ocr_input(self, req: InspectRequest) -> InspectResult:
-        path = self._stored(req.file_id, req.filename)
+        path = await self._stored(req.file_id, req.filename)
         name = req.filename or req.file_id
         try:
             async with Heartbeater():
@@ -97,8 +100,11 @@ class OcrActivities:
 
     @activity.defn(name=RECOGNIZE_PAGES.name)
     async def recognize_pages(self, req: RecognizeRequest) -> RecognizeResult:
-        path = self._stored(req.file_id, req.filename)
+        path = await self._stored(req.file_id, req.filename)
         total = len(req.pages)
+        if self.files.shared:
+            # Pages an attempt on another machine recognised, so the checkpoint can count them.
+            await self.files.fetch_all(self.results.path(req.file_id, p) for p in req.pages)
 
         def still_stored(cp: RecognizeCheckpoint) -> bool:
             # A checkpoint is only as good as the pages it counts (a cleanup may have run).
@@ -112,11 +118,29 @@ class OcrActivities:
         resumed = checkpoint.done
         hb = Heartbeater(checkpoint.model_dump())
 
+        sends: list[asyncio.Task[None]] = []
+
         def on_page(msg: dict[str, Any]) -> None:
-            checkpoint.done += 1
-            checkpoint.characters += int(msg["characters"])
-            checkpoint.lines += int(msg["lines"])
-            hb.update(checkpoint.model_dump())
+            def count() -> None:
+                checkpoint.done += 1
+                checkpoint.characters += int(msg["characters"])
+                checkpoint.lines += int(msg["lines"])
+                hb.update(checkpoint.model_dump())
+
+            if not self.files.shared:
+                count()
+                return
+            page = self.results.path(req.file_id, int(msg["page"]))
+            previous = sends[-1] if sends else None
+
+            async def send_then_count() -> None:
+                # Counted in the checkpoint only once another machine can read it; in order.
+                if previous is not None:
+                    await previous
+                await self.files.send(page)
+                count()
+
+            sends.append(asyncio.create_task(send_then_count()))
 
         todo = req.pages[checkpoint.done :]
         if resumed:
@@ -134,8 +158,12 @@ class OcrActivities:
                             pages=todo,
                         )
                         await run_ocr_child(request, on_page)
+                await asyncio.gather(*sends)
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None
+        finally:
+            for send in sends:
+                send.cancel()  # the attempt failed: a retry sends again
         return RecognizeResult(
             pages=total,
             characters=checkpoint.characters,

@@ -4,9 +4,7 @@ re-chunked files the live ones, and drop the previous collection after the grace
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from functools import partial
 
 from temporalio import activity
 
@@ -70,10 +68,10 @@ class ReindexActivities:
 
     @activity.defn(name=PREPARE_REBUILD.name)
     async def prepare_rebuild(self, req: PrepareRebuildRequest) -> PrepareRebuildResult:
-        doc, chunks_dir = req.document_id, self.settings.chunks_dir
+        doc, files = req.document_id, self.resources.files
         source = await self.resources.live_versions.get(doc)
         row = await self.catalogue.get(doc)
-        if row is None or (source and not chunk_store.has_version(chunks_dir, doc, source)):
+        if row is None or (source and not await files.has_version(doc, source)):
             raise bad_input(
                 "DocumentGone",
                 f"document {doc} has no stored chunks any more (deleted meanwhile); "
@@ -88,7 +86,7 @@ class ReindexActivities:
             source=source or "",
             version=version,
             # Split by an earlier run of this rebuild already: the chunk step is skipped.
-            rechunk=not chunk_store.has_version(chunks_dir, doc, version),
+            rechunk=not await files.has_version(doc, version),
             file_id=row.file_id,
             filename=row.filename,
             owner=row.owner,
@@ -140,7 +138,7 @@ class ReindexActivities:
     async def adopt_rebuilt(self, req: AdoptRequest) -> AdoptResult:
         """Make each document's re-chunked files its live ones (now that search answers from
         the re-index's collection), and record its new chunk count."""
-        chunks_dir = self.settings.chunks_dir
+        files = self.resources.files
         versions = self.resources.live_versions
         ids, _ = await self.catalogue.indexed_ids(req.after, req.limit)
         adopted = 0
@@ -148,22 +146,15 @@ class ReindexActivities:
             for doc in ids:
                 source = await versions.get(doc)
                 version = rebuilt_version(req.tag, source)
-                if source == version or not chunk_store.has_version(chunks_dir, doc, version):
+                if source == version or not await files.has_version(doc, version):
                     continue
                 await versions.put(doc, version)
-                await asyncio.to_thread(
-                    partial(
-                        chunk_store.remove_other_versions,
-                        chunks_dir,
-                        doc,
-                        version,
-                        source,
-                        previous_only=True,
-                    )
+                await files.remove_other_versions(doc, version, source, previous_only=True)
+                # The count, from the size of its offset index: nothing to download.
+                index_size = await files.size(files.version_paths(doc, version)[1])
+                await self.catalogue.set_indexed_chunks(
+                    doc, chunk_store.chunk_count(index_size or 0)
                 )
-                reader = chunk_store.ChunkReader(chunks_dir, doc, version)
-                reader.close()
-                await self.catalogue.set_indexed_chunks(doc, reader.count)
                 adopted += 1
         return AdoptResult(adopted=adopted, next_after=ids[-1] if len(ids) == req.limit else None)
 

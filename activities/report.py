@@ -1,20 +1,20 @@
 """Activities of REPORT_GENERATE: collect the figures, render and publish, discard a failed
 attempt's leftovers.
 
-The figures go from the database to `.work/<id>/data.json`; rendering reads them from there,
-writes each chart to its own file (so a retried render reuses the charts already drawn, as its
-heartbeat checkpoint says), then publishes `<id>.html` and `<id>.json`. Everything is written
-atomically and named by the report id, so running either step again never duplicates a report.
+The figures go from the database to the report's working file `data.json` (key
+`reports/work/<id>/data.json` in STORAGE_URL's store, so the render may run on another
+machine); rendering reads them from there, stores each chart as a working file of its own (so a
+retried render reuses the charts already drawn, as its heartbeat checkpoint says), then
+publishes `reports/<id>.html` and `reports/<id>.json`. Every object is written whole and named
+by the report id, so running either step again never duplicates a report.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import shutil
 import threading
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from temporalio import activity
@@ -36,7 +36,6 @@ from knowledgeops.report_render import render_html
 from knowledgeops.reporting import EventTally, build_report, knowledge_base
 from knowledgeops.resources import Resources
 from knowledgeops.stores import reports
-from knowledgeops.stores.file_store import write_atomically as write_atomic
 from knowledgeops.stores.reports import ReportFiles
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ _DRAW_LOCK = threading.Lock()
 class ReportActivities:
     def __init__(self, resources: Resources) -> None:
         self.db = resources.db
-        self.files = ReportFiles(resources.settings.reports_dir)
+        self.files = ReportFiles(resources.storage, resources.settings.reports_dir)
 
     @activity.defn(name=COLLECT_REPORT_DATA.name)
     async def collect_report_data(self, req: CollectRequest) -> CollectResult:
@@ -77,23 +76,23 @@ class ReportActivities:
                 kb=knowledge_base(docs, results),
                 top_failures=req.top_failures,
             )
-            path = self.files.work(req.report_id) / DATA_FILE
-            await asyncio.to_thread(write_atomic, path, data.model_dump_json(indent=2).encode())
+            raw = data.model_dump_json(indent=2).encode()
+            await self.files.save_work(req.report_id, DATA_FILE, raw)
         return CollectResult(report_id=req.report_id, events=tally.events, headline=data.headline)
 
     @activity.defn(name=RENDER_REPORT.name)
     async def render_report(self, req: RenderRequest) -> RenderResult:
-        work = self.files.work(req.report_id)
-        html_path, json_path = self.files.html(req.report_id), self.files.json(req.report_id)
-        raw = await asyncio.to_thread(_read_data, work)
+        report_id = req.report_id
+        raw = await self.files.load_work(report_id, DATA_FILE)
         if raw is None:
-            if html_path.is_file() and json_path.is_file():
+            if await self.files.sizes(report_id) is not None:
                 # Published by an attempt whose completion never reached the server.
-                return await asyncio.to_thread(self._result, req.report_id)
+                return await self._result(report_id)
             raise bad_input(
                 "ReportDataMissing",
-                f"the collected figures of report {req.report_id} are gone ({work}); "
-                "start the report again",
+                f"the collected figures of report {report_id} are gone "
+                f"({self.files.work_prefix(report_id)}/{DATA_FILE} in "
+                f"{self.files.store.describe()}); start the report again",
             )
         data = ReportData.model_validate_json(raw)
         # matplotlib (~30 MB) loads only in a worker that renders a report, not in every worker.
@@ -107,58 +106,56 @@ class ReportActivities:
         async with hb:
             for i, (name, draw) in enumerate(charts_to_draw):
                 reuse = i < checkpoint.done
-                # In a thread: drawing is CPU work that would stall heartbeats and polls.
-                charts[name] = await asyncio.to_thread(_chart, work, name, draw, data, reuse)
+                charts[name] = await self._chart(report_id, name, draw, data, reuse)
                 hb.update(RenderCheckpoint(done=i + 1, total=len(charts_to_draw)).model_dump())
             page = await asyncio.to_thread(render_html, data, charts)
-            await asyncio.to_thread(_publish, work, page, html_path, json_path)
-        return await asyncio.to_thread(self._result, req.report_id)
+            # The published JSON is the collected data as stored, byte for byte.
+            await self.files.publish(report_id, page.encode(), raw)
+            await self.files.discard_work(report_id)
+        return await self._result(report_id, page)
 
-    def _result(self, report_id: str) -> RenderResult:
-        html_path, json_path = self.files.html(report_id), self.files.json(report_id)
+    async def _chart(
+        self, report_id: str, name: str, draw: Draw, data: ReportData, reuse: bool
+    ) -> str | None:
+        """A chart's SVG (None: nothing to show), drawn now or, on a retry, read back."""
+        svg_file, none_file = f"{name}.svg", f"{name}.none"
+        if reuse:
+            stored = await self.files.load_work(report_id, svg_file)
+            if stored is not None:
+                return stored.decode("utf-8")
+            if await self.files.load_work(report_id, none_file) is not None:
+                return None
+        # In a thread: drawing is CPU work that would stall heartbeats and polls.
+        svg = await asyncio.to_thread(_draw, draw, data)
+        await self.files.save_work(report_id, svg_file if svg else none_file, (svg or "").encode())
+        return svg
+
+    async def _result(self, report_id: str, page: str | None = None) -> RenderResult:
+        """The published report's result (`page`: its HTML, when at hand)."""
+        sizes = await self.files.sizes(report_id)
+        if sizes is None:
+            raise bad_input(
+                "ReportMissing",
+                f"report {report_id} was published but is gone from "
+                f"{self.files.store.describe()} (removed by hand?); start the report again",
+            )
+        if page is None:
+            page = (await self.files.read(report_id, "html")).decode("utf-8")
         return RenderResult(
             report_id=report_id,
-            html_path=str(html_path),
-            json_path=str(json_path),
-            html_bytes=html_path.stat().st_size,
-            json_bytes=json_path.stat().st_size,
-            charts=html_path.read_text(encoding="utf-8").count("<svg"),
+            html_path=self.files.location(report_id, "html"),
+            json_path=self.files.location(report_id, "json"),
+            html_bytes=sizes[0],
+            json_bytes=sizes[1],
+            charts=page.count("<svg"),
         )
 
     @activity.defn(name=DISCARD_REPORT_WORK.name)
     async def discard_report_work(self, req: RenderRequest) -> int:
         """Remove a failed or cancelled report's working files (a published report stays)."""
-        return await asyncio.to_thread(_discard, self.files.work(req.report_id))
+        return await self.files.discard_work(req.report_id)
 
 
-def _read_data(work: Path) -> bytes | None:
-    path = work / DATA_FILE
-    return path.read_bytes() if path.is_file() else None
-
-
-def _chart(work: Path, name: str, draw: Draw, data: ReportData, reuse: bool) -> str | None:
-    """A chart's SVG (None: nothing to show), drawn now or, on a retry, read back."""
-    svg_file, none_file = work / f"{name}.svg", work / f"{name}.none"
-    if reuse and svg_file.is_file():
-        return svg_file.read_text(encoding="utf-8")
-    if reuse and none_file.is_file():
-        return None
+def _draw(draw: Draw, data: ReportData) -> str | None:
     with _DRAW_LOCK:
-        svg = draw(data)
-    write_atomic(svg_file if svg else none_file, (svg or "").encode())
-    return svg
-
-
-def _publish(work: Path, page: str, html_path: Path, json_path: Path) -> None:
-    write_atomic(html_path, page.encode())
-    # The JSON last: a report is listed once both of its files exist.
-    write_atomic(json_path, (work / DATA_FILE).read_bytes())
-    shutil.rmtree(work, ignore_errors=True)
-
-
-def _discard(work: Path) -> int:
-    if not work.is_dir():
-        return 0
-    removed = sum(1 for p in work.iterdir() if p.is_file())
-    shutil.rmtree(work)
-    return removed
+        return draw(data)

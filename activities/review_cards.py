@@ -22,7 +22,7 @@ from fsrs import Card
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.map_reduce import WorkDir, map_groups, open_chunks, plan_groups
+from activities.map_reduce import WorkDir, map_groups, plan_groups, read_chunks
 from activities.model_errors import model_failures
 from activities.review_cards_drafts import DraftCard, DraftGroup, ask_model, source_of
 from activities.support import Heartbeater, bad_input
@@ -81,7 +81,10 @@ class ReviewCardActivities:
         self.resources = resources
         self.settings = resources.settings
         self.cards = ReviewCards(resources.db)
-        self.outputs = OutputStore(resources.settings.outputs_dir)
+        self.outputs = OutputStore(resources.storage)
+
+    def _work(self, work_id: str) -> WorkDir:
+        return WorkDir(self.resources.storage, self.settings.outputs_dir, work_id)
 
     def _method(self, kinds: Sequence[str]) -> str:
         chat = self.resources.chat
@@ -100,9 +103,7 @@ class ReviewCardActivities:
         method = self._method(req.kinds)
         async with Heartbeater():
             version = await self.resources.live_versions.get(req.document_id)
-            reader = await asyncio.to_thread(
-                open_chunks, self.settings.chunks_dir, req.document_id, version
-            )
+            reader = await read_chunks(self.resources.files, req.document_id, version)
             try:
                 count = reader.count
                 end = count if req.end_index is None else req.end_index
@@ -143,9 +144,7 @@ class ReviewCardActivities:
                 "otherwise: give every AI worker the same settings and start the task again",
             )
         plan = req.groups
-        reader = await asyncio.to_thread(
-            open_chunks, self.settings.chunks_dir, req.document_id, plan.version
-        )
+        reader = await read_chunks(self.resources.files, req.document_id, plan.version)
 
         async def draft(chunks: list[Chunk]) -> tuple[DraftGroup, TokenUsage]:
             with model_failures():
@@ -156,7 +155,7 @@ class ReviewCardActivities:
                 ), TokenUsage()
 
         try:
-            work = WorkDir(self.settings.outputs_dir, req.work_id)
+            work = self._work(req.work_id)
             groups, reused, usage = await map_groups(work, reader, plan, DraftGroup, draft)
         finally:
             reader.close()
@@ -177,23 +176,23 @@ class ReviewCardActivities:
 
     @activity.defn(name=STORE_REVIEW_CARDS.name)
     async def store_review_cards(self, req: StoreCardsRequest) -> StoreCardsResult:
-        work = WorkDir(self.settings.outputs_dir, req.work_id)
-        drafted = [await asyncio.to_thread(work.load, g) for g in range(req.groups)]
+        work = self._work(req.work_id)
+        drafted = [await work.load(g) for g in range(req.groups)]
         if any(d is None for d in drafted):
-            return await asyncio.to_thread(self._stored_before, req)
+            return await self._stored_before(req)
         groups = [DraftGroup.model_validate_json(d.value).cards for d in drafted if d]
         async with Heartbeater(Checkpoint(total=req.groups).model_dump()):
             with model_failures():
                 output = await self._dedup_and_store(req, _round_robin(groups))
-            await asyncio.to_thread(self.outputs.save, req.work_id, output)
-            await asyncio.to_thread(work.discard)
+            await self.outputs.save(req.work_id, output)
+            await work.discard()
         return output.result
 
-    def _stored_before(self, req: StoreCardsRequest) -> StoreCardsResult:
+    async def _stored_before(self, req: StoreCardsRequest) -> StoreCardsResult:
         """The result of an attempt that stored everything but whose completion never reached
         the server (its work files are gone, its output is saved)."""
         try:
-            output = ReviewCardsOutput.model_validate(self.outputs.load(req.work_id))
+            output = ReviewCardsOutput.model_validate(await self.outputs.load(req.work_id))
         except OutputNotFoundError:
             raise bad_input(
                 "ReviewCardWorkMissing",
@@ -276,7 +275,7 @@ class ReviewCardActivities:
     @activity.defn(name=DISCARD_REVIEW_CARD_WORK.name)
     async def discard_review_card_work(self, req: WorkRequest) -> int:
         """Remove a failed or cancelled task's drafts (stored cards stay: each is complete)."""
-        return await asyncio.to_thread(WorkDir(self.settings.outputs_dir, req.work_id).discard)
+        return await self._work(req.work_id).discard()
 
 
 def _text(front: str, back: str) -> str:

@@ -95,15 +95,19 @@ class VisionActivities:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.settings = resources.settings
-        self.outputs = OutputStore(resources.settings.outputs_dir)
+        self.outputs = OutputStore(resources.storage)
         self.ocr = OcrResults(resources.settings.ocr_dir)
 
     @activity.defn(name=ANALYZE_IMAGE.name)
     async def analyze_image(self, req: AnalyzeRequest) -> VisionResult:
         async with Heartbeater(Checkpoint(total=1).model_dump()):
             file_id = req.file_id or await self._file_of(req.document_id or "")
-            loaded = await asyncio.to_thread(_load, self.settings.files_dir, file_id, req.page)
-            ocr_text = await asyncio.to_thread(self._ocr_text, file_id, req.page)
+            path = file_store.path_for(self.settings.files_dir, file_id)
+            # Uploaded on another machine: fetched from STORAGE_URL's store (not there either:
+            # _load's FileNotFound, as before).
+            await self.resources.files.fetch(path)
+            loaded = await asyncio.to_thread(_load, path, file_id, req.page)
+            ocr_text = await self._ocr_text(file_id, req.page)
             vision = self.resources.vision
             if vision is not None:
                 with model_failures():
@@ -127,7 +131,7 @@ class VisionActivities:
                 ocr_text=ocr_text,
                 usage=usage,
             )
-            await asyncio.to_thread(self.outputs.save, req.output_id, output)
+            await self.outputs.save(req.output_id, output)
         p = loaded.properties
         return VisionResult(
             file_id=file_id,
@@ -151,9 +155,11 @@ class VisionActivities:
             )
         return row.file_id
 
-    def _ocr_text(self, file_id: str, page: int) -> str | None:
+    async def _ocr_text(self, file_id: str, page: int) -> str | None:
         try:
-            text = self.ocr.text(file_id, page)
+            # OCR'd on another machine: the page file comes from the store, if it has one.
+            await self.resources.files.fetch(self.ocr.path(file_id, page))
+            text = await asyncio.to_thread(self.ocr.text, file_id, page)
         except ValueError as e:
             # OCR text only helps; an unreadable page file must not stop the analysis.
             activity.logger.warning("ignoring the stored OCR text: %s", e)
@@ -190,8 +196,7 @@ def _describe(p: ImageProperties, ocr_text: str | None) -> Analysis:
     )
 
 
-def _load(files_dir: Path, file_id: str, page: int) -> _Loaded:
-    path = file_store.path_for(files_dir, file_id)
+def _load(path: Path, file_id: str, page: int) -> _Loaded:
     try:
         size = path.stat().st_size
         with path.open("rb") as f:

@@ -224,6 +224,8 @@ class Tools:
                 reader.close()
 
         try:
+            # From the store, when another machine chunked it (STORAGE_URL).
+            await self.r.files.fetch_version(document_id, version)
             total, chunks = await asyncio.to_thread(read)
         except (FileNotFoundError, ValueError):
             raise ToolError(

@@ -10,7 +10,6 @@ never loses another writer's message.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -125,14 +124,14 @@ class TranscriptStore:
 
     async def load(self, task_id: str) -> Transcript | None:
         try:
-            raw = await asyncio.to_thread(self.outputs.load, task_id)
+            raw = await self.outputs.load(task_id)
         except OutputNotFoundError:
             return None
         return Transcript.model_validate(raw)
 
     async def save(self, transcript: Transcript) -> None:
         transcript.updated_at = datetime.now(UTC)
-        await asyncio.to_thread(self.outputs.save, transcript.task_id, transcript)
+        await self.outputs.save(transcript.task_id, transcript)
 
 
 def new_transcript(task_id: str, model: str | None) -> Transcript:

@@ -32,8 +32,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from knowledgeops.index.points import StoredPoint
 from knowledgeops.settings import Settings
+from knowledgeops.storage.store import StoredObject
 from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
-from knowledgeops.stores.file_store import write_atomically
+from knowledgeops.stores.chunk_store import LIVE_SUFFIX, document_of
+from knowledgeops.stores.data_files import DataFiles
+from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
 
 FORMAT_VERSION = 1
 DATABASE_DIR = "database"
@@ -134,6 +137,53 @@ def copy_hashing(source: Path, target: Path) -> str:
         tmp.unlink(missing_ok=True)
         raise
     return digest.hexdigest()
+
+
+async def stored_objects(files: DataFiles, folder: str) -> dict[str, StoredObject]:
+    """STORAGE_URL's stored files (`folder` "files") or chunk files ("chunks"), by the name
+    their file has in the data folder (empty without a store). A key of any other shape was
+    not written by DataFiles and is left out: it could not be named unambiguously."""
+    if files.store is None:
+        return {}
+    found: dict[str, StoredObject] = {}
+    for obj in await files.store.list(folder):
+        parts = obj.key.split("/")
+        if folder == "files" and len(parts) == 2 and FILE_ID_RE.fullmatch(parts[1]):
+            found[parts[1]] = obj
+        # A chunk file's key is `chunks/<its document>/<its name>` (DataFiles.key).
+        elif folder == "chunks" and len(parts) == 3 and document_of(Path(parts[2])) == parts[1]:
+            found[parts[2]] = obj
+    return found
+
+
+def local_sources(files_dir: Path, chunks_dir: Path) -> list[tuple[str, Path]]:
+    """A backup's stored files and chunk files in the data folder: (listing path, file), in
+    path order (temporary files left out)."""
+    found: list[tuple[str, Path]] = []
+    if files_dir.is_dir():
+        found += [
+            (f"files/{p.name}", p)
+            for p in files_dir.iterdir()
+            if FILE_ID_RE.fullmatch(p.name) and p.is_file()
+        ]
+    if chunks_dir.is_dir():
+        found += [
+            (f"chunks/{p.name}", p)
+            for p in chunks_dir.iterdir()
+            # `.live` names each document's published version (chunk_store).
+            if p.suffix in (".jsonl", ".idx", LIVE_SUFFIX) and p.is_file()
+        ]
+    return sorted(found)
+
+
+async def stored_sources(
+    files: DataFiles, files_dir: Path, chunks_dir: Path
+) -> list[tuple[str, Path]]:
+    """The same with STORAGE_URL: the store's objects (the true copies), listed under the
+    paths their working copies have, so an archive is the same whichever way it was made."""
+    found = [(f"files/{n}", files_dir / n) for n in await stored_objects(files, "files")]
+    found += [(f"chunks/{n}", chunks_dir / n) for n in await stored_objects(files, "chunks")]
+    return sorted(found)
 
 
 # -- index export ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.stores.data_files import DataFiles, open_storage
 
 
 async def hide_document(
@@ -56,15 +57,19 @@ async def remove_document(
     document_id: str,
     file_id: str,
     record: AuditRow,
+    *,
+    files: DataFiles | None = None,
 ) -> tuple[bool, bool]:
     """The catalogue row with its audit record (one transaction), then the stored file unless
-    something else needs it. (row was there, file removed)."""
+    something else needs it: here and in STORAGE_URL's store (`files`; None: opened from
+    `settings`). (row was there, file removed)."""
     listed = await catalogue.delete_audited(document_id, record)
     if await file_needed(catalogue, client, settings, file_id):
         return listed, False
+    files = files or open_storage(settings)[1]
     path = file_store.path_for(settings.files_dir, file_id)
-    existed = path.exists()
-    path.unlink(missing_ok=True)
+    existed = await files.exists(path)
+    await files.remove(path)
     return listed, existed
 
 

@@ -19,6 +19,8 @@ from knowledgeops.index.points import Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker, make_reranker
 from knowledgeops.settings import Settings
+from knowledgeops.storage.store import Store
+from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions
 
@@ -44,6 +46,14 @@ class Resources:
     # Embedders of other models than the configured one (a re-index to a new model, or a
     # live index built with one); closed with the resources.
     others: dict[str, Embedder] = field(default_factory=dict)
+
+    # Where task outputs and reports are kept (STORAGE_URL's store, else the data folder)...
+    storage: Store = field(init=False)
+    # ... and stored files, chunk files and OCR pages, which are read by path.
+    files: DataFiles = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.storage, self.files = open_storage(self.settings)
 
     @property
     def store(self) -> VectorIndex:
@@ -143,5 +153,8 @@ async def open_resources(
         if reranker is not None:
             stack.push_async_callback(reranker.aclose)
         resources = Resources(settings, db, store, embedder, chat, vision, reranker)
+        if settings.storage_url:
+            # A wrong STORAGE_URL or key stops start-up, not the first upload.
+            await resources.storage.check()
         stack.push_async_callback(resources.close_others)
         yield resources

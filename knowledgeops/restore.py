@@ -6,6 +6,9 @@ files and the chunk files.
 It runs in the calling process (the CLI), not on a worker: a restore replaces what workers
 work on, so nothing may run meanwhile. With the embedded index that is enforced (the index
 folder admits one process); with QDRANT_URL the operator stops the workers first.
+
+With STORAGE_URL, each stored file and chunk file restored into the data folder is also sent
+to the store (which every machine reads), and the store's files count as data already there.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from sqlalchemy import text
 
 from knowledgeops import database_dump
 from knowledgeops.backup_archive import (
+    FileEntry,
     Manifest,
     copy_hashing,
     load_manifest,
     read_listing,
     read_points,
     resolve_archive,
+    stored_objects,
     verify,
 )
 from knowledgeops.backup_export import unpacked
@@ -37,6 +42,7 @@ from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.settings import Settings
 from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import pool_dir
+from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database, migrate_to_head
 
 _TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
@@ -57,8 +63,11 @@ class RestoreReport(BaseModel):
     files_bytes: int
 
 
-async def existing_data(settings: Settings, db: Database, store: VectorIndex) -> list[str]:
-    """What the target already holds (empty: safe to restore into)."""
+async def existing_data(
+    settings: Settings, db: Database, store: VectorIndex, files: DataFiles | None = None
+) -> list[str]:
+    """What the target already holds (empty: safe to restore into); `files`: STORAGE_URL's
+    store is looked into too."""
     found = []
     async with db.sessions() as s:
         for table, what in _TABLES.items():
@@ -73,6 +82,14 @@ async def existing_data(settings: Settings, db: Database, store: VectorIndex) ->
         n = len({d for p in settings.chunks_dir.iterdir() if (d := chunk_store.document_of(p))})
         if n:
             found.append(f"chunk files of {n} documents")
+    if files is not None and files.shared:
+        n = len(await stored_objects(files, "files"))
+        if n:
+            found.append(f"{n} stored files in {files.describe()}")
+        chunks = await stored_objects(files, "chunks")
+        n = len({chunk_store.document_of(Path(name)) for name in chunks})
+        if n:
+            found.append(f"chunk files of {n} documents in {files.describe()}")
     points = sum([await store.count(c) for c in await store.collections()])
     if points:
         found.append(f"{points} index points")
@@ -90,14 +107,26 @@ def _open_index(settings: Settings) -> VectorIndex:
         ) from None
 
 
-def _restore_files(settings: Settings, archive: Path) -> tuple[int, int, int]:
+def _restore_file(settings: Settings, pool: Path, entry: FileEntry) -> Path:
+    target = settings.data_dir / entry.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if copy_hashing(pool / entry.blob, target) != entry.sha256:
+        raise RuntimeError(f"{pool / entry.blob} changed during the restore; run it again")
+    return target
+
+
+async def _restore_files(
+    settings: Settings, archive: Path, files: DataFiles
+) -> tuple[int, int, int]:
     pool = pool_dir(archive.parent)
     stored = chunks = size = 0
-    for entry in read_listing(archive):
-        target = settings.data_dir / entry.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if copy_hashing(pool / entry.blob, target) != entry.sha256:
-            raise RuntimeError(f"{pool / entry.blob} changed during the restore; run it again")
+    listing = read_listing(archive)  # one line at a time: a listing can be long
+    while (entry := await asyncio.to_thread(next, listing, None)) is not None:
+        target = await asyncio.to_thread(_restore_file, settings, pool, entry)
+        # A `.live` file is an earlier installation's pointer, which only this machine's
+        # data folder is read for (live_versions.py): nothing for the store.
+        if target.suffix != chunk_store.LIVE_SUFFIX:
+            await files.send(target)
         stored += entry.path.startswith("files/")
         chunks += entry.path.startswith("chunks/")
         size += entry.bytes
@@ -117,7 +146,8 @@ async def restore_archive(
         async with unpacked(settings, name_or_path, say) as exported:
             archive = exported or resolve_archive(settings, name_or_path)
             manifest = load_manifest(archive)
-            return await _restore(settings, archive, manifest, store, force, say)
+            files = open_storage(settings)[1]
+            return await _restore(settings, archive, manifest, store, files, force, say)
     finally:
         store.close()
 
@@ -127,6 +157,7 @@ async def _restore(
     archive: Path,
     manifest: Manifest,
     store: VectorIndex,
+    files: DataFiles,
     force: bool,
     say: Callable[[str], None],
 ) -> RestoreReport:
@@ -151,14 +182,15 @@ async def _restore(
         raise RestoreRefusedError(f"Collections {odd} do not use cosine distance; not ours.")
     db = await Database.open(settings)
     try:
-        found = await existing_data(settings, db, store)
+        found = await existing_data(settings, db, store, files)
     finally:
         await db.close()
     if found and not force:
         raise RestoreRefusedError(
             f"The target is not empty ({', '.join(found)} in {settings.data_dir} / its "
-            "database); a restore over it would mix two states. Restore into an empty data "
-            "directory and database, or pass --force to replace them with the archive's. "
+            f"database{' / STORAGE_URL' if files.shared else ''}); a restore over it would "
+            "mix two states. Restore into an empty data directory and database (and "
+            "STORAGE_URL, if set), or pass --force to replace them with the archive's. "
             "Nothing was restored."
         )
     say(f"restoring the {kind} database ...")
@@ -183,9 +215,10 @@ async def _restore(
                 store, index_of(collection.name, collection.metadata), collection.dimension
             )
     say(
-        f"restoring {manifest.stored_files} stored files and {manifest.chunk_files} chunk files ..."
+        f"restoring {manifest.stored_files} stored files and {manifest.chunk_files} chunk files "
+        f"into {files.describe()} ..."
     )
-    stored, chunks, size = await asyncio.to_thread(_restore_files, settings, archive)
+    stored, chunks, size = await _restore_files(settings, archive, files)
     db = await Database.open(settings)
     try:
         # An archive of an earlier version has points without owner and tags: they come from

@@ -174,6 +174,11 @@ class Settings(BaseSettings):
     # the backups folder; s3://bucket/prefix (S3-compatible storage, the AWS_* settings) or
     # file:///absolute/folder (e.g. a mounted share).
     backup_url: str = Field(default="", alias="BACKUP_URL")
+    # Where stored files, chunk files, OCR pages, task outputs and reports are kept: empty:
+    # the data folder (one machine); s3://bucket/prefix (S3-compatible storage, the AWS_*
+    # settings) for workers and the API on more than one machine (the data folder is then
+    # each machine's working copy); or file:///absolute/folder (a folder every machine mounts).
+    storage_url: str = Field(default="", alias="STORAGE_URL")
     # S3-compatible storage: its endpoint (empty: AWS S3), credentials and region.
     aws_endpoint_url: str = Field(default="", alias="AWS_ENDPOINT_URL")
     aws_access_key_id: str = Field(default="", alias="AWS_ACCESS_KEY_ID")
@@ -250,6 +255,13 @@ class Settings(BaseSettings):
         from knowledgeops.storage.opening import check_url
 
         return check_url(v, "BACKUP_URL")
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url_is_storage(cls, v: str) -> str:
+        from knowledgeops.storage.opening import check_url
+
+        return check_url(v, "STORAGE_URL")
 
     @field_validator("rerank_api_key")
     @classmethod

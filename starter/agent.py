@@ -15,6 +15,8 @@ from knowledgeops.agent_transcript import TranscriptStore
 from knowledgeops.chat import TokenUsage
 from knowledgeops.contracts.agent import SEND_MESSAGE_UPDATE, AgentMessage, AgentReply
 from knowledgeops.errors import validation_text
+from knowledgeops.storage.store import Store
+from knowledgeops.stores.data_files import open_storage
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from starter.service import TaskQueueService
@@ -34,8 +36,11 @@ class AgentAnswer(BaseModel):
     usage: TokenUsage
 
 
-async def send_message(service: TaskQueueService, task_id: str, text: str) -> AgentAnswer:
-    """Send `text` to agent task `task_id` and wait for the reply (as long as the turn takes)."""
+async def send_message(
+    service: TaskQueueService, storage: Store, task_id: str, text: str
+) -> AgentAnswer:
+    """Send `text` to agent task `task_id` and wait for the reply (as long as the turn takes);
+    the reply's full text is read from the transcript in `storage`."""
     try:
         message = AgentMessage(text=text)
     except ValidationError as e:
@@ -56,7 +61,9 @@ async def send_message(service: TaskQueueService, task_id: str, text: str) -> Ag
         if e.status == RPCStatusCode.NOT_FOUND:
             raise TaskFinishedError(f"task {task_id} has finished; it takes no messages") from None
         raise
-    transcript = await TranscriptStore(OutputStore(service.settings.outputs_dir)).load(task_id)
+    # This process's store of outputs (STORAGE_URL's, else the data folder), where the worker
+    # wrote the reply.
+    transcript = await TranscriptStore(OutputStore(storage)).load(task_id)
     stored = transcript.get(reply.reply_id) if transcript else None
     return AgentAnswer(
         task_id=task_id,
@@ -70,7 +77,7 @@ async def send_message(service: TaskQueueService, task_id: str, text: str) -> Ag
 
 async def cli_message(service: TaskQueueService, task_id: str, text: str, as_json: bool) -> int:
     """`knowledgeops message TASK TEXT`: the reply (or, with --json, the whole answer)."""
-    answer = await send_message(service, task_id, text)
+    answer = await send_message(service, open_storage(service.settings)[0], task_id, text)
     if as_json:
         print(answer.model_dump_json(indent=2))
     elif answer.reply is not None:

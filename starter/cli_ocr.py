@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
+from knowledgeops.stores.data_files import open_storage
 from knowledgeops.stores.ocr_results import OcrResults
 from knowledgeops.task_types import TaskType
 from starter.cli_common import actor, follow_and_report
@@ -52,6 +53,9 @@ async def command(service: TaskQueueService, args: argparse.Namespace, settings:
     file_id = await asyncio.to_thread(
         file_store.store_path, settings.files_dir, path, settings.max_file_bytes
     )
+    # Into the store the workers read (STORAGE_URL), when there is one.
+    files = open_storage(settings)[1]
+    await files.send(file_store.path_for(settings.files_dir, file_id))
     payload = {"file_id": file_id, "filename": path.name, "pages": pages}
     ref = await service.enqueue(TaskType.OCR_PROCESS, payload, requested_by=actor())
     if not args.follow:
@@ -63,6 +67,7 @@ async def command(service: TaskQueueService, args: argparse.Namespace, settings:
         st = await service.get_status(ref.task_id)
         results = OcrResults(settings.ocr_dir)
         for page in (st.result or {}).get("pages", []):
+            await files.fetch(results.path(file_id, page))
             print(f"--- page {page} ---")
             print(results.text(file_id, page) or "")
     return code

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from knowledgeops.stores.chunk_store import ChunkReader
+from knowledgeops.stores.data_files import DataFiles
 from knowledgeops.stores.live_versions import LiveVersions
 
 # The largest page one request reads (the API's `limit` bound).
@@ -48,9 +49,12 @@ def check_page(offset: int, limit: int) -> None:
         )
 
 
-async def live_page(versions: LiveVersions, document_id: str, offset: int, limit: int) -> ChunkPage:
+async def live_page(
+    versions: LiveVersions, files: DataFiles, document_id: str, offset: int, limit: int
+) -> ChunkPage:
     """A page of the live version. FileNotFoundError when nothing is live."""
     version = await versions.get(document_id)
+    await files.fetch_version(document_id, version)  # another machine's (STORAGE_URL)
     return await asyncio.to_thread(
         read_page, versions.chunks_dir, document_id, version, offset, limit
     )

@@ -25,6 +25,7 @@ from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
+from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions
 from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
@@ -78,8 +79,11 @@ class DocumentService:
         db: Database,
         settings: Settings,
         store: VectorIndex | None = None,
+        files: DataFiles | None = None,
     ) -> None:
         self.tasks = tasks
+        # Where uploads are kept (STORAGE_URL's store, else the data folder).
+        self.files = files or open_storage(settings)[1]
         self.catalogue = DocumentCatalogue(db)
         self.live_versions = LiveVersions(db, settings.chunks_dir)
         self.settings = settings
@@ -111,6 +115,7 @@ class DocumentService:
             if not await self.catalogue.file_in_use(file_id):
                 path.unlink(missing_ok=True)
             raise
+        await self.files.send(path)
         return file_id
 
     async def import_file(
@@ -125,6 +130,7 @@ class DocumentService:
         file_id = await asyncio.to_thread(
             file_store.store_path, self.settings.files_dir, path, self.settings.max_file_bytes
         )
+        await self.files.send(file_store.path_for(self.settings.files_dir, file_id))
         return await self.import_stored(
             file_id, filename=path.name, document_id=document_id, metadata=metadata
         )
@@ -156,7 +162,7 @@ class DocumentService:
                 f"{self.settings.task_id(TaskType.DOCUMENT_DELETE.task_name(doc_id))}); "
                 "import it again once that task has completed"
             )
-        size = await asyncio.to_thread(self._stored_size, file_id)
+        size = await self._stored_size(file_id)
         payload = DocumentImportPayload(
             file_id=file_id,
             document_id=doc_id,
@@ -186,11 +192,11 @@ class DocumentService:
     async def admit_stored(self, file_id: str) -> None:
         """Refuse (BacklogFullError) an import of an already stored file while the backlog is
         full; uploads and local files are admitted before they are stored."""
-        await self.admission.admit(await asyncio.to_thread(self._stored_size, file_id))
+        await self.admission.admit(await self._stored_size(file_id))
 
-    def _stored_size(self, file_id: str) -> int:
+    async def _stored_size(self, file_id: str) -> int:
         path = file_store.path_for(self.settings.files_dir, file_id)
-        return path.stat().st_size if path.is_file() else 0
+        return await self.files.size(path) or 0
 
     # -- read -----------------------------------------------------------------------------
 
@@ -269,7 +275,9 @@ class DocumentService:
             queued = await self.get(document_id, visible_to=visible_to)
             raise document_chunks.not_published(document_id, queued.status, queued.last_task_id)
         try:
-            return await document_chunks.live_page(self.live_versions, document_id, offset, limit)
+            return await document_chunks.live_page(
+                self.live_versions, self.files, document_id, offset, limit
+            )
         except FileNotFoundError:
             # Listed, but no version was ever published (the only import running or ended).
             raise document_chunks.not_published(

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from knowledgeops.settings import Settings
+
 RCLONE = Path(sys.executable).parent / "rclone"
 START_DEADLINE = 15.0
 
@@ -27,6 +29,26 @@ class S3Server:
     region: str
     bucket: str
     root: Path  # the folder rclone serves: <root>/<bucket>/<prefix>/<key>
+
+    def settings(self, settings: Settings, **overrides: object) -> Settings:
+        """`settings` keeping their files in this server (STORAGE_URL and the AWS_* settings)."""
+        return settings.model_copy(
+            update={
+                "storage_url": self.url,
+                "aws_endpoint_url": self.endpoint,
+                "aws_access_key_id": self.key,
+                "aws_secret_access_key": self.secret,
+                "aws_region": self.region,
+                **overrides,
+            }
+        )
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Keys stored under `prefix` (read from rclone's folder, not through S3)."""
+        base = self.root / self.bucket / self.url.split("/", 3)[3]
+        return sorted(
+            p.relative_to(base).as_posix() for p in (base / prefix).rglob("*") if p.is_file()
+        )
 
     def env(self) -> dict[str, str]:
         return {

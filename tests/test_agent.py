@@ -12,6 +12,7 @@ from typing import Any
 
 from knowledgeops.contracts.events import EventType
 from knowledgeops.settings import Settings
+from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.outputs import OutputStore
 from tests.conftest import (
@@ -64,8 +65,8 @@ async def _import(env: Env, path: Path = DOC) -> str:
     return ref.document_id
 
 
-def _transcript(settings: Settings, task_id: str) -> dict[str, Any]:
-    return OutputStore(settings.outputs_dir).load(task_id)
+async def _transcript(settings: Settings, task_id: str) -> dict[str, Any]:
+    return await OutputStore(LocalStore(settings.data_dir)).load(task_id)
 
 
 async def test_agent_searches_reads_and_answers(
@@ -96,7 +97,7 @@ async def test_agent_searches_reads_and_answers(
     assert f'"document_id": "{doc}"' in search and "chunk_index" in search
     assert '"total_chunks"' in read and '"index": 0' in read
 
-    t = _transcript(cfg, ref.task_id)
+    t = await _transcript(cfg, ref.task_id)
     assert t["status"] == "completed" and t["steps"] == 3 and t["tool_calls"] == 2
     assert [m["role"] for m in t["messages"]] == [
         "system", "user", "assistant", "tool", "assistant", "tool", "assistant",
@@ -153,7 +154,7 @@ async def test_worker_killed_between_steps_repeats_no_model_call(
     # The kill landed in the search tool: its second attempt finished the run.
     assert ("agent_run_tool", 2) in attempts
     assert [a for a in attempts if a[0] == "agent_call_model"] == [("agent_call_model", 1)] * 3
-    t = _transcript(cfg, ref.task_id)
+    t = await _transcript(cfg, ref.task_id)
     assert [m["role"] for m in t["messages"]].count("tool") == 2
     assert recovery < 60
 
@@ -184,7 +185,7 @@ async def test_cancel_during_a_slow_tool_call_stops_it(
     assert st.status == "cancelled"
     assert took < 10, took  # the tool heartbeats every second: it learns of the cancel then
     assert fake_openai.chat_calls == 1
-    t = _transcript(cfg, ref.task_id)
+    t = await _transcript(cfg, ref.task_id)
     assert t["status"] == "cancelled"
     assert "tool" not in [m["role"] for m in t["messages"]]
     assert events[-1].event_type == EventType.TASK_CANCELLED
@@ -213,7 +214,7 @@ async def test_step_limit_ends_a_looping_model(settings: Settings, fake_openai: 
     assert fake_openai.chat_calls == 3 + 2
     assert st.status == "failed"
     assert st.last_error and "StepLimitReached" in st.last_error and "max_steps" in st.last_error
-    t = _transcript(cfg, ref.task_id)
+    t = await _transcript(cfg, ref.task_id)
     assert (t["status"], t["steps"], t["tool_calls"]) == ("failed", 3, 3)
     assert "StepLimitReached" in (t["error"] or "")
 
@@ -299,7 +300,7 @@ async def test_follow_up_messages_child_task_and_continue_as_new(
         await db.close()
     # One task across its runs: started once, ended once.
     assert events == [EventType.TASK_ENQUEUED, EventType.TASK_STARTED, EventType.TASK_CANCELLED]
-    t = _transcript(cfg, task_id)
+    t = await _transcript(cfg, task_id)
     assert t["status"] == "cancelled"
     users = [m["content"] for m in t["messages"] if m["role"] == "user"]
     assert users == ["hello", "make a report", "thanks"]

@@ -13,6 +13,7 @@ import pytest
 
 from knowledgeops.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.settings import Settings
+from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.task_types import TaskType
 from starter.task_models import PayloadInvalidError, TaskStatus
@@ -81,7 +82,7 @@ async def test_diagnosis_with_the_model_map_reduces_and_resumes(
     assert fake_openai.chat_calls - before == groups + 2
     assert result["usage"]["calls"] == groups + 1
     assert result["difficulty"] == "intermediate"
-    out = OutputStore(s.outputs_dir).load(st.task_id)
+    out = await OutputStore(LocalStore(s.data_dir)).load(st.task_id)
     diagnosis = out["diagnosis"]
     assert result["concepts"] == len(diagnosis["key_concepts"]) > 0
     assert [g["description"] for g in diagnosis["gaps"]] == ["SM-2 is not explained"]
@@ -89,7 +90,7 @@ async def test_diagnosis_with_the_model_map_reduces_and_resumes(
     assert "## Gaps" in out["markdown"] and out["usage"] == result["usage"]
     merge = fake_openai.chat_answered[-1]
     assert "diagnoses of consecutive parts" in last_user_text(merge)
-    assert not (s.outputs_dir / ".work" / st.task_id).exists()
+    assert not (s.outputs_dir / "work" / st.task_id).exists()
 
 
 async def test_answer_is_checked_against_the_retrieved_chunks(
@@ -111,7 +112,7 @@ async def test_answer_is_checked_against_the_retrieved_chunks(
     assert result["usage"]["calls"] == 1 and result["usage"]["prompt_tokens"] > 0
     asked = last_user_text(fake_openai.chat_answered[before])
     assert QUESTION in asked and ANSWER in asked
-    out = OutputStore(s.outputs_dir).load(st.task_id)
+    out = await OutputStore(LocalStore(s.data_dir)).load(st.task_id)
     sources = {x["chunk"]: x["text"] for x in out["sources"]}
     # The invented citation is gone; the rest are chunks the model was shown.
     assert result["citations"] and set(result["citations"]) <= set(sources)
@@ -137,7 +138,7 @@ async def test_without_a_model(settings: Settings, tmp_path: Path) -> None:
     result = st.result
     assert result is not None
     assert result["method"] == "local:key-terms+readability" and result["usage"]["calls"] == 0
-    out = OutputStore(settings.outputs_dir).load(st.task_id)
+    out = await OutputStore(LocalStore(settings.data_dir)).load(st.task_id)
     names = {c["name"].lower() for c in out["diagnosis"]["key_concepts"]}
     assert {"forgetting curve", "active recall", "review interval"} <= names, names
     grade = out["readability"]["grade"]

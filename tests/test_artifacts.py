@@ -15,6 +15,7 @@ import pytest
 from knowledgeops.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.settings import Settings
+from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.task_types import TaskType
 from starter.task_models import TaskStatus
@@ -73,7 +74,7 @@ async def test_every_kind_with_the_chat_model(
     async with running_env(s) as env:
         document_id = await import_lesson(env, tmp_path)
         statuses = await asyncio.gather(*(generate(env, document_id, k) for k in KINDS))
-    outputs = OutputStore(s.outputs_dir)
+    outputs = OutputStore(LocalStore(s.data_dir))
     for kind, st in zip(KINDS, statuses, strict=True):
         assert st.status == "completed", (kind, st.last_error)
         result = st.result
@@ -86,11 +87,11 @@ async def test_every_kind_with_the_chat_model(
         assert result["usage"]["calls"] == calls, kind
         assert result["usage"]["prompt_tokens"] > 0 and result["usage"]["completion_tokens"] > 0
         assert st.progress.done == st.progress.total == groups
-        out = outputs.load(st.task_id)
+        out = await outputs.load(st.task_id)
         assert out["method"] == "model:fake-chat" and out["usage"] == result["usage"]
         assert out["title"] == "Spaced repetition" and out["markdown"]
         assert result["items"] > 0 and result["output_url"] == f"/v1/tasks/{st.task_id}/output"
-    by_kind = {k: outputs.load(st.task_id) for k, st in zip(KINDS, statuses, strict=True)}
+    by_kind = {k: await outputs.load(st.task_id) for k, st in zip(KINDS, statuses, strict=True)}
     quiz = by_kind["quiz"]["quiz"]
     assert quiz and all(0 <= q["chunk"] < statuses[0].result["chunks"] for q in quiz)  # type: ignore[index]
     assert not any(q["question"] == "Invented?" for q in quiz)
@@ -99,7 +100,7 @@ async def test_every_kind_with_the_chat_model(
     assert by_kind["mindmap"]["mermaid"].startswith("mindmap\n  root((Spaced repetition))")
     assert len(fake_openai.chat_answered) == sum(st.result["usage"]["calls"] for st in statuses)  # type: ignore[index]
     # Nothing left behind in the work directory.
-    assert not any((s.outputs_dir / ".work").glob("*/*"))
+    assert not any((s.outputs_dir / "work").glob("*/*"))
 
 
 async def test_a_retry_does_not_pay_for_finished_groups(
@@ -143,7 +144,7 @@ async def test_worker_killed_mid_map_pays_only_for_the_group_in_flight(
             ref = await env.service.enqueue(
                 TaskType.GENERATE_ARTIFACT, {"document_id": document_id, "kind": "summary"}
             )
-            work = s.outputs_dir / ".work" / ref.task_id
+            work = s.outputs_dir / "work" / ref.task_id
 
             def state() -> tuple[int, int, list[str]]:
                 assert first.poll() is None, f"the worker exited ({first.returncode})"
@@ -197,7 +198,7 @@ async def test_cancel_during_the_map_removes_the_partial_results(
         ref = await env.service.enqueue(
             TaskType.GENERATE_ARTIFACT, {"document_id": document_id, "kind": "quiz"}
         )
-        work = s.outputs_dir / ".work" / ref.task_id
+        work = s.outputs_dir / "work" / ref.task_id
         await eventually(lambda: fake_openai.held, bool, timeout=60, what="a held request")
         assert any(work.iterdir()), "the first group is stored"
         await env.service.cancel(ref.task_id, reason="test")
@@ -210,7 +211,7 @@ async def test_cancel_during_the_map_removes_the_partial_results(
     assert st.status == "cancelled"
     assert not work.exists()
     with pytest.raises(OutputNotFoundError):
-        OutputStore(s.outputs_dir).load(ref.task_id)
+        await OutputStore(LocalStore(s.data_dir)).load(ref.task_id)
     # No group after the held one was asked.
     assert fake_openai.chat_calls - before == 2
 
@@ -227,13 +228,13 @@ async def test_without_a_model_the_local_methods_answer(settings: Settings, tmp_
         plain_map = await generate(env, ref.document_id, "mindmap", max_items=4)
         no_model = await generate(env, document_id, "summary", method="model")
         missing = await generate(env, "no-such-document", "summary")
-    outputs = OutputStore(settings.outputs_dir)
+    outputs = OutputStore(LocalStore(settings.data_dir))
     out = {}
     for kind, st in zip(KINDS, statuses, strict=True):
         assert st.status == "completed", (kind, st.last_error)
         assert st.result is not None and st.result["usage"]["calls"] == 0
         assert st.result["items"] > 0, kind
-        out[kind] = outputs.load(st.task_id)
+        out[kind] = await outputs.load(st.task_id)
         assert out[kind]["method"] == st.result["method"]
     assert [statuses[i].result["method"] for i in range(5)] == [  # type: ignore[index]
         "local:sentence-centrality",
@@ -298,7 +299,7 @@ async def test_malformed_answers_are_retried_then_fail_readably(
     assert (always.last_error or "").startswith("ChatAnswerInvalid: model 'fake-chat' gave no")
     # Not retried by Temporal: the client's bounded re-asks were the only calls.
     assert calls == STRUCTURED_ATTEMPTS
-    assert not (s.outputs_dir / ".work" / always.task_id).exists()
+    assert not (s.outputs_dir / "work" / always.task_id).exists()
 
 
 async def test_output_over_http(

@@ -9,6 +9,8 @@ exits within its grace period, and the retry starts at once, not after a heartbe
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -24,14 +26,34 @@ from knowledgeops.stores.database import Database
 from tests.conftest import openai_settings, running_env, start_worker_process, stop_process
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
+from tests.s3_server import rclone_s3
 
 BATCH = 32
 GRACE_SECONDS = 1.0
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+@pytest.mark.parametrize(
+    ("sig", "s3"),
+    [(signal.SIGKILL, False), (signal.SIGTERM, False), (signal.SIGKILL, True)],
+    ids=["sigkill", "sigterm", "sigkill-storage-url"],
+)
 async def test_a_worker_stopped_mid_embedding_resumes_without_duplicates(
-    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path, sig: signal.Signals
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path, sig: signal.Signals, s3: bool
+) -> None:
+    with contextlib.ExitStack() as stack:
+        if s3:
+            # The files in S3 (rclone on loopback); the new worker starts with no working copy.
+            settings = stack.enter_context(rclone_s3(tmp_path / "s3")).settings(settings)
+        await _stopped_mid_embedding(settings, fake_openai, tmp_path, sig, forget_files=s3)
+
+
+async def _stopped_mid_embedding(
+    settings: Settings,
+    fake_openai: FakeOpenAI,
+    tmp_path: Path,
+    sig: signal.Signals,
+    *,
+    forget_files: bool,
 ) -> None:
     cfg = openai_settings(
         settings,
@@ -61,6 +83,9 @@ async def test_a_worker_stopped_mid_embedding_resumes_without_duplicates(
             drained_in = time.monotonic() - stopping
             at_kill = fake_openai.embedded_count()
             killed_at = time.monotonic()
+            if forget_files:
+                for folder in (cfg.files_dir, cfg.chunks_dir):
+                    shutil.rmtree(folder)
 
             second = start_worker_process(cfg, log)
             st = await env.service.wait(ref.task_id, timeout=120)

@@ -146,7 +146,7 @@ async def test_render_retry_reuses_drawn_charts_and_discard_cleans_up(settings: 
         )
         collected = await env.run(acts.collect_report_data, req)
         assert (collected.events, collected.headline.tasks) == (0, 0)
-        work = settings.reports_dir / ".work" / "r-1"
+        work = settings.reports_dir / "work" / "r-1"
         # A previous attempt drew the first chart, and its heartbeat said so.
         (work / "tasks.svg").write_text('<svg id="drawn-before"></svg>')
         env.info = dataclasses.replace(
@@ -166,7 +166,7 @@ async def test_render_retry_reuses_drawn_charts_and_discard_cleans_up(settings: 
 
 
 def _leftovers(reports_dir: Path) -> list[Path]:
-    return list((reports_dir / ".work").glob("*/*"))
+    return list((reports_dir / "work").glob("*/*"))
 
 
 def _read(path: str) -> str:

@@ -20,6 +20,7 @@ from activities.map_reduce import plan_groups
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.local import review_cards as local
 from knowledgeops.settings import Settings
+from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.chunk_store import Chunk
 from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.stores.review_cards import ReviewCards
@@ -141,9 +142,9 @@ async def test_without_a_model_cloze_cards_with_fsrs_state_and_reruns_add_nothin
         assert reviewed.stability and reviewed.stability > 0 and reviewed.due > card.due
     assert len({c.card_id for c in page.items}) == page.total
     # The task's output lists the same cards.
-    output = OutputStore(env.settings.outputs_dir).load(task_id)
+    output = await OutputStore(LocalStore(env.settings.data_dir)).load(task_id)
     assert sorted(c["card_id"] for c in output["cards"]) == sorted(c.card_id for c in page.items)
-    assert not (env.settings.outputs_dir / ".work" / task_id).exists()
+    assert not (env.settings.outputs_dir / "work" / task_id).exists()
 
     # The command line lists the same cards.
     listed = await asyncio.to_thread(
@@ -242,7 +243,7 @@ async def test_with_a_model_cards_are_deduplicated_counted_and_resume_after_a_cr
         page = await ReviewCards(env.db).list(document_id, limit=100, offset=0)
         assert page.total == groups + 1
         assert {c.kind for c in page.items} == {"qa", "cloze"}
-        output = OutputStore(env.settings.outputs_dir).load(task_id)
+        output = await OutputStore(LocalStore(env.settings.data_dir)).load(task_id)
         assert {d["duplicate_of"] for d in output["duplicates"]} == {
             c.card_id for c in page.items if c.kind == "cloze"
         }
@@ -327,6 +328,6 @@ async def test_paraphrased_cards_are_near_duplicates_for_the_local_embedder(
         assert (st.result["cards_made"], st.result["duplicates_removed"]) == (2, 1)
         page = await ReviewCards(env.db).list(document_id, limit=10, offset=0)
         assert [c.front for c in page.items] == [questions[0][0], questions[2][0]]
-        [dup] = OutputStore(env.settings.outputs_dir).load(task_id)["duplicates"]
+        [dup] = (await OutputStore(LocalStore(env.settings.data_dir)).load(task_id))["duplicates"]
         assert dup["front"] == questions[1][0] and dup["duplicate_of"] == page.items[0].card_id
         assert 0.9 <= dup["similarity"] < 1.0

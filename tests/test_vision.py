@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from knowledgeops.settings import Settings
+from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.stores.outputs import OutputStore
@@ -67,7 +68,7 @@ async def test_without_a_model_image_properties_and_ocr_text(env: Env, tmp_path:
     )
     assert r["ocr_text_used"] and r["usage"]["calls"] == 0
     assert r["output_url"] == f"/v1/tasks/{task_id}/output"
-    out = OutputStore(s.outputs_dir).load(task_id)
+    out = await OutputStore(LocalStore(s.data_dir)).load(task_id)
     colours = [(c["name"], c["share"]) for c in out["image"]["dominant_colours"]]
     assert colours == [("red", 0.75), ("blue", 0.25)], colours
     assert out["text_seen"] == out["ocr_text"] == OCR_TEXT
@@ -85,7 +86,7 @@ async def test_without_a_model_image_properties_and_ocr_text(env: Env, tmp_path:
     tiff = _store(s, tiff_path)
     task_id, st = await _run(env, {"file_id": tiff, "page": 2})
     assert st.status == "completed", st.last_error
-    out = OutputStore(s.outputs_dir).load(task_id)
+    out = await OutputStore(LocalStore(s.data_dir)).load(task_id)
     assert out["image"]["pages"] == 2
     assert out["image"]["dominant_colours"][0]["name"] == "white"
 
@@ -158,7 +159,7 @@ async def test_with_a_vision_model(
         assert fake_openai.chat_images == ["image/png", "image/png"]
         assert fake_openai.chat_requests[0]["model"] == "fake-vision"
         assert _sent_image(fake_openai.chat_requests[0]).size == (200, 100)
-        out = OutputStore(s.outputs_dir).load(task_id)
+        out = await OutputStore(LocalStore(s.data_dir)).load(task_id)
         assert (out["answer"], out["objects"], out["text_seen"]) == (
             "ATP",
             ["cell", "nucleus"],

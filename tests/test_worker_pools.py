@@ -1,7 +1,8 @@
 """Worker pools: processes started for different kinds of work (`worker.py --pool NAME`),
-sharing only Temporal, the app database and the stored files, import documents together; the
-one that owns the embedded index is the only one that opens it; killing the parse worker
-mid-parse loses nothing."""
+each with a data folder of its own (as on machines of their own), sharing only Temporal, the
+app database and the S3 store (STORAGE_URL, rclone on loopback), import documents together;
+the one that owns the embedded index is the only one that opens it; killing the parse worker
+mid-parse loses nothing, and the next one, on yet another data folder, finishes the parse."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tests.conftest import (
 )
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import activity_starts, eventually, numbered_paragraphs
+from tests.s3_server import rclone_s3
 
 INDEX_POOLS = ("--pool", "ingest", "--pool", "ai", "--pool", "maintenance")
 
@@ -53,11 +55,32 @@ def test_an_unknown_pool_stops_start_up_naming_it(settings: Settings) -> None:
 async def test_a_parse_worker_and_an_index_worker_import_together(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    # Every parse through the parse queue (no small documents' local steps).
-    cfg = openai_settings(settings, fake_openai, small_document_bytes=0)
+    with rclone_s3(tmp_path / "s3") as s3:
+        # Every parse through the parse queue (no small documents' local steps).
+        cfg = s3.settings(openai_settings(settings, fake_openai, small_document_bytes=0))
+        cfg.data_dir.mkdir(parents=True)  # where the shared SQLite file is, without PostgreSQL
+        await _import_together(cfg, tmp_path)
+        # The chunks are in the store; only the index worker's data folder has an index.
+        assert any(k.endswith(".jsonl") for k in s3.keys("chunks/big"))
+        assert index_folders(tmp_path) == ["index"]
+
+
+def index_folders(tmp_path: Path) -> list[str]:
+    """The machines (data folders) an embedded index was opened in."""
+    return sorted(p.parent.name for p in tmp_path.glob("*/index") if p.is_dir())
+
+
+def machine(cfg: Settings, tmp_path: Path, name: str) -> Settings:
+    """`cfg` on a machine of its own: its own data folder, the one app database of all."""
+    return cfg.model_copy(
+        update={"data_dir": tmp_path / name, "database_url": cfg.resolved_database_url}
+    )
+
+
+async def _import_together(cfg: Settings, tmp_path: Path) -> None:
     parse_log = tmp_path / "parse.log"
     # The parse worker first: had it opened the embedded index, the other could not start.
-    parser = start_worker_process(cfg, parse_log, "--pool", "parse")
+    parser = start_worker_process(machine(cfg, tmp_path, "parse-1"), parse_log, "--pool", "parse")
     big = tmp_path / "big.txt"
     big.write_text(numbered_paragraphs(3000, words=60))  # ~1.3 MB: a parse of seconds
     try:
@@ -69,8 +92,10 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
         )
         assert "API on" not in parse_log.read_text()
         async with (
-            worker_serving_api(cfg, tmp_path / "index.log", *INDEX_POOLS) as (http, api),
-            running_env(cfg, worker=False) as env,
+            worker_serving_api(
+                machine(cfg, tmp_path, "index"), tmp_path / "index.log", *INDEX_POOLS
+            ) as (http, api),
+            running_env(machine(cfg, tmp_path, "client"), worker=False) as env,
         ):
             refs = [
                 await env.documents.import_file(EXAMPLES / name)
@@ -98,7 +123,10 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
             step = await eventually(parsing, bool, timeout=60, what="the big file's parse")
             parser.send_signal(signal.SIGKILL)
             parser.wait()
-            parser = start_worker_process(cfg, parse_log, "--pool", "parse")
+            # On another machine: the stored file and the parsed text come from the store.
+            parser = start_worker_process(
+                machine(cfg, tmp_path, "parse-2"), parse_log, "--pool", "parse"
+            )
             st = await env.service.wait(ref.task_id, timeout=150)
             assert st.status == "completed", st.last_error
             # The step the killed worker was running ended on the next one.

@@ -54,8 +54,18 @@ def _check(name: str, what: str) -> str:
     return name
 
 
+def check_document_id(document_id: str) -> str:
+    return _check(document_id, "document id")
+
+
+def version_paths(chunks_dir: Path, document_id: str, version: str | None) -> tuple[Path, Path]:
+    """A version's chunk file and its offset index (None: the files of an unversioned
+    document, stored before versions)."""
+    return _paths(chunks_dir, document_id, version)
+
+
 def _paths(chunks_dir: Path, document_id: str, version: str | None = None) -> tuple[Path, Path]:
-    stem = _check(document_id, "document id")
+    stem = check_document_id(document_id)
     if version is not None:
         stem += VERSION_SEPARATOR + _check(version, "version")
     return chunks_dir / f"{stem}.jsonl", chunks_dir / f"{stem}.idx"
@@ -75,6 +85,12 @@ def remove_legacy_pointer(chunks_dir: Path, document_id: str) -> None:
 
 def has_version(chunks_dir: Path, document_id: str, version: str) -> bool:
     return _paths(chunks_dir, document_id, version)[1].exists()
+
+
+def chunk_count(index_file_size: int) -> int:
+    """How many chunks a version has, from the size of its offset index (one 8-byte offset
+    per chunk, plus the end)."""
+    return index_file_size // array("Q").itemsize - 1
 
 
 def sections_file(chunks_dir: Path, document_id: str, version: str) -> Path:

@@ -2,59 +2,106 @@
 
 A workflow's result stays small (counts, ids, token usage); an activity writes the full output
 (a summary, a quiz, review cards, an agent transcript) here, keyed by the task id, and the
-result names it. `GET /v1/tasks/{task_id}/output` serves it. One JSON file per task, written
-atomically, so a reader sees the previous complete output or the new one, never half of one.
-Task ids are checked against a pattern with no path separator before they touch the disk.
+result names it. `GET /v1/tasks/{task_id}/output` serves it. One JSON object per task, key
+`outputs/<task id>.json` in the store (with STORAGE_URL empty: that file of the data folder),
+written whole, so a reader sees the previous complete output or the new one, never half of
+one. Task ids are checked against a pattern with no path separator before they name a key.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from knowledgeops.stores.file_store import write_atomically
+from knowledgeops.storage.local import LocalStore
+from knowledgeops.storage.store import Store, StoredObjectMissing, check_prefix
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+PREFIX = "outputs"
 
 
 class OutputNotFoundError(LookupError):
     pass
 
 
+def check_task_id(task_id: str) -> str:
+    if not _TASK_ID.fullmatch(task_id):
+        raise OutputNotFoundError(f"{task_id!r} is not a task id (letters, digits and _.:- only)")
+    return task_id
+
+
 class OutputStore:
-    def __init__(self, outputs_dir: Path) -> None:
-        self.root = outputs_dir
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
-    def path(self, task_id: str) -> Path:
-        if not _TASK_ID.fullmatch(task_id):
-            raise OutputNotFoundError(
-                f"{task_id!r} is not a task id (letters, digits and _.:- only)"
-            )
-        return self.root / f"{task_id}.json"
+    def key(self, task_id: str) -> str:
+        return f"{PREFIX}/{check_task_id(task_id)}.json"
 
-    def save(self, task_id: str, output: BaseModel) -> str:
+    async def save(self, task_id: str, output: BaseModel) -> str:
         """Write (or overwrite: a retry produces the same output) and return the output id."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path(task_id), output.model_dump_json().encode())
+        key = self.key(task_id)
+        # Serialised in a thread: an agent transcript can be megabytes, and heartbeats wait.
+        data = await asyncio.to_thread(output.model_dump_json)
+        await self.store.put(key, data.encode())
         return task_id
 
-    def load(self, task_id: str) -> dict[str, Any]:
-        path = self.path(task_id)
+    async def load(self, task_id: str) -> dict[str, Any]:
+        key = self.key(task_id)
         try:
-            data: dict[str, Any] = json.loads(path.read_bytes())
-        except FileNotFoundError:
+            raw = await self.store.get(key)
+        except StoredObjectMissing:
             raise OutputNotFoundError(
                 f"task {task_id} has no stored output (yet): it may still be running, may "
-                "have failed, or its type stores none"
+                f"have failed, or its type stores none (looked for {key} in "
+                f"{self.store.describe()})"
             ) from None
+        data: dict[str, Any] = await asyncio.to_thread(json.loads, raw)
         return data
 
-    def delete(self, task_id: str) -> bool:
-        path = self.path(task_id)
-        existed = path.exists()
-        path.unlink(missing_ok=True)
+    async def delete(self, task_id: str) -> bool:
+        key = self.key(task_id)
+        existed = await self.store.exists(key)
+        await self.store.delete(key)
         return existed
+
+
+async def discard_folder(store: Store, prefix: str) -> int:
+    """Remove every object under `prefix` (a task's working files); returns how many.
+
+    LocalStore leaves emptied folders behind (a concurrent put may be creating one); nothing
+    writes into a discarded task's folder any more, so it goes too, as it did before the store,
+    and the data folder does not fill up with one empty folder per task."""
+    removed = await store.delete_prefix(prefix)
+    if isinstance(store, LocalStore):
+        folder = store.root.joinpath(*check_prefix(prefix).split("/"))
+        # Not empty (a late write of a zombie attempt) or already gone: nothing to tidy.
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(folder.rmdir)
+    return removed
+
+
+# Working files where earlier versions kept them, in the data folder (names starting with "."
+# are no store keys): read while a task begun before an upgrade finishes, removed with it.
+
+
+def read_local(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def remove_local_folder(folder: Path) -> int:
+    """Remove the folder; returns how many files it held."""
+    if not folder.is_dir():
+        return 0
+    removed = sum(1 for p in folder.iterdir() if p.is_file())
+    shutil.rmtree(folder)
+    return removed

@@ -1,19 +1,22 @@
 """Stored reports and the database reads behind them.
 
-Layout under `settings.reports_dir`: `<report id>.html` and `<report id>.json` (the JSON is
-written last, so a listed report always has both), and `.work/<report id>/` while a report is
-being made (its data and the charts rendered so far; removed once it is published). Report ids
-are task ids, checked against a pattern with no path separator before they touch the disk.
+Keys in the store (STORAGE_URL's, else the data folder, so `reports/<id>.html` is the file
+`data/reports/<id>.html`): `reports/<report id>.html` and `reports/<report id>.json` (the JSON
+is written last, so a listed report always has both), and `reports/work/<report id>/` while a
+report is being made (its data and the charts rendered so far; removed once it is published).
+Report ids are task ids, checked against a pattern with no path separator before they name a
+key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 from sqlalchemy import select
@@ -21,15 +24,23 @@ from sqlalchemy import select
 from knowledgeops.contracts.events import EventType
 from knowledgeops.contracts.report import REPORT_ID_PATTERN
 from knowledgeops.reporting import IMPORT_TYPE, aware
+from knowledgeops.storage.local import LocalStore
+from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.events import EventRow
+from knowledgeops.stores.outputs import discard_folder, read_local, remove_local_folder
 
 if TYPE_CHECKING:
     from knowledgeops.stores.database import Database
 
 _ID = re.compile(REPORT_ID_PATTERN)
 PAGE = 2000
+PREFIX = "reports"
+# Where earlier versions kept a report's working files, under the data folder's reports/: a
+# name starting with "." is no store key, so the folder moved to reports/work/.
+LEGACY_WORK = ".work"
+Kind = Literal["html", "json"]
 
 
 class ReportNotFoundError(LookupError):
@@ -55,46 +66,106 @@ def check_id(report_id: str) -> str:
 
 
 class ReportFiles:
-    def __init__(self, reports_dir: Path) -> None:
-        self.root = reports_dir
+    def __init__(self, store: Store, reports_dir: Path | None = None) -> None:
+        """`reports_dir`: the data folder's reports/ (settings.reports_dir), where a report in
+        the making during an upgrade has its earlier working files; None: not looked at."""
+        self.store = store
+        self.legacy = reports_dir / LEGACY_WORK if reports_dir is not None else None
 
-    def html(self, report_id: str) -> Path:
-        return self.root / f"{check_id(report_id)}.html"
+    def key(self, report_id: str, kind: Kind) -> str:
+        return f"{PREFIX}/{check_id(report_id)}.{kind}"
 
-    def json(self, report_id: str) -> Path:
-        return self.root / f"{check_id(report_id)}.json"
+    def location(self, report_id: str, kind: Kind) -> str:
+        """Where a published file is, for a task's result: a path with a local folder as the
+        store (the file as before), else its key in the store."""
+        key = self.key(report_id, kind)
+        if isinstance(self.store, LocalStore):
+            return str(self.store.root.joinpath(*key.split("/")))
+        return f"{key} in {self.store.describe()}"
 
-    def work(self, report_id: str) -> Path:
-        return self.root / ".work" / check_id(report_id)
+    async def publish(self, report_id: str, html: bytes, data: bytes) -> None:
+        await self.store.put(self.key(report_id, "html"), html)
+        # The JSON last: a report is listed (and served) once it is there.
+        await self.store.put(self.key(report_id, "json"), data)
 
-    def existing(self, report_id: str, kind: str) -> Path:
-        """The published file (`html` or `json`) of a report; ReportNotFoundError if none."""
-        path = self.html(report_id) if kind == "html" else self.json(report_id)
-        if not (path.is_file() and self.json(report_id).is_file()):
-            raise ReportNotFoundError(f"No report with id {report_id!r}")
-        return path
+    async def sizes(self, report_id: str) -> tuple[int, int] | None:
+        """(HTML bytes, JSON bytes) of a published report; None if it is not published."""
+        json_size = await self.store.size(self.key(report_id, "json"))
+        html_size = await self.store.size(self.key(report_id, "html"))
+        if json_size is None or html_size is None:
+            return None
+        return html_size, json_size
 
-    def list(self) -> list[ReportSummary]:
+    async def read(self, report_id: str, kind: Kind) -> bytes:
+        """A published file of a report; ReportNotFoundError if there is none."""
+        missing = ReportNotFoundError(f"No report with id {report_id!r}")
+        try:
+            if kind == "html" and not await self.store.exists(self.key(report_id, "json")):
+                raise missing  # not published yet: its HTML may be there, its JSON is not
+            return await self.store.get(self.key(report_id, kind))
+        except StoredObjectMissing:
+            raise missing from None
+
+    async def list(self) -> list[ReportSummary]:
         """Published reports, newest first."""
-        out = []
-        for path in self.root.glob("*.json") if self.root.is_dir() else []:
-            report_id = path.stem
-            html = self.root / f"{report_id}.html"
-            if not _ID.fullmatch(report_id) or not html.is_file():
+        objects = {o.key: o for o in await self.store.list(PREFIX)}
+        found = []
+        for key, obj in objects.items():
+            name = key.removeprefix(f"{PREFIX}/")
+            report_id = name.removesuffix(".json")
+            html = objects.get(f"{PREFIX}/{report_id}.html")
+            # Only a report's own files: not the working files under reports/work/.
+            if "/" in name or name == report_id or not _ID.fullmatch(report_id) or html is None:
                 continue
-            meta = json.loads(path.read_text(encoding="utf-8"))
-            out.append(
-                ReportSummary(
-                    report_id=report_id,
-                    title=meta.get("title", ""),
-                    created_at=meta["generated_at"],
-                    since=meta["since"],
-                    until=meta["until"],
-                    html_bytes=html.stat().st_size,
-                    json_bytes=path.stat().st_size,
-                )
+            found.append((report_id, html.size, obj.size))
+        metas = await asyncio.gather(*(self._meta(report_id) for report_id, _, _ in found))
+        out = [
+            ReportSummary(
+                report_id=report_id,
+                title=meta.get("title", ""),
+                created_at=meta["generated_at"],
+                since=meta["since"],
+                until=meta["until"],
+                html_bytes=html_bytes,
+                json_bytes=json_bytes,
             )
+            for (report_id, html_bytes, json_bytes), meta in zip(found, metas, strict=True)
+            if meta is not None
+        ]
         return sorted(out, key=lambda r: (r.created_at, r.report_id), reverse=True)
+
+    async def _meta(self, report_id: str) -> dict[str, Any] | None:
+        try:
+            raw = await self.store.get(self.key(report_id, "json"))
+        except StoredObjectMissing:
+            return None  # deleted since the listing: not a report any more
+        meta: dict[str, Any] = json.loads(raw)
+        return meta
+
+    # A report's working files, while it is made (named by the activity: data.json, charts).
+
+    def work_prefix(self, report_id: str) -> str:
+        return f"{PREFIX}/work/{check_id(report_id)}"
+
+    async def save_work(self, report_id: str, name: str, data: bytes) -> None:
+        await self.store.put(f"{self.work_prefix(report_id)}/{name}", data)
+
+    async def load_work(self, report_id: str, name: str) -> bytes | None:
+        """A working file (from the store, else from where an earlier version kept it); None
+        if it is in neither."""
+        try:
+            return await self.store.get(f"{self.work_prefix(report_id)}/{name}")
+        except StoredObjectMissing:
+            if self.legacy is None:
+                return None
+        return await asyncio.to_thread(read_local, self.legacy / report_id / name)
+
+    async def discard_work(self, report_id: str) -> int:
+        """Remove a report's working files; returns how many there were."""
+        removed = await discard_folder(self.store, self.work_prefix(report_id))
+        if self.legacy is not None:
+            removed += await asyncio.to_thread(remove_local_folder, self.legacy / report_id)
+        return removed
 
 
 # -- database reads ------------------------------------------------------------------------------

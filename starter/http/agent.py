@@ -28,6 +28,6 @@ async def post_message(
     `message_refused` when the task takes no message now."""
     await visible_task(rt, who, task_id)
     try:
-        return await send_message(rt.service, task_id, body.text)
+        return await send_message(rt.service, rt.resources.storage, task_id, body.text)
     except MessageRefusedError as e:
         raise ApiError(409, "message_refused", str(e)) from None

@@ -34,7 +34,7 @@ class Runtime:
     def build(cls, client: Client, resources: Resources) -> Runtime:
         s, db = resources.settings, resources.db
         service = TaskQueueService(client, s, db)
-        documents = DocumentService(service, db, s, resources.store)
+        documents = DocumentService(service, db, s, resources.store, resources.files)
         return cls(
             s, client, service, documents, db, resources.store, resources.embedder, resources
         )

@@ -55,7 +55,7 @@ async def task_output(rt: RuntimeDep, who: CallerDep, task_id: str) -> dict[str,
     status carries only a small result that names it. 404 until the task has stored one."""
     await visible_task(rt, who, task_id)
     try:
-        return OutputStore(rt.settings.outputs_dir).load(task_id)
+        return await OutputStore(rt.resources.storage).load(task_id)
     except OutputNotFoundError as e:
         raise ApiError(404, "not_found", str(e)) from None
 

@@ -1,0 +1,184 @@
+"""The data folder's large files (stored files, chunk files, OCR pages) where STORAGE_URL keeps
+them.
+
+These files are read by path (a parser subprocess opens a stored file, a chunk reader seeks in
+a chunk file), and none of them changes once written under its name: a stored file's name is
+its content hash, a chunk file's names its import's version, an OCR page is the text of fixed
+bytes. So with STORAGE_URL set, the store holds the true copy and the data folder is this
+machine's working copy: a step `fetch`es a file before it reads it and `send`s it once it is
+complete, with no lock and no conditional write (two machines sending the same name send the
+same bytes). With STORAGE_URL empty, the data folder is the store and every method here is the
+local operation alone.
+
+A store key is the file's path under the data folder, except that a document's chunk files
+are kept under a folder of their own (`chunks/<document>/<file>`), so one listing finds every
+version of a document without reading every document's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+
+from knowledgeops.settings import Settings
+from knowledgeops.storage.opening import open_store
+from knowledgeops.storage.store import Store, StoredObjectMissing
+from knowledgeops.stores import chunk_store
+
+
+def open_storage(settings: Settings) -> tuple[Store, DataFiles]:
+    """STORAGE_URL's store (else the data folder as one), and the data files kept in it."""
+    store = open_store(settings.storage_url, settings.data_dir, settings.aws_env())
+    return store, DataFiles(settings.data_dir, store if settings.storage_url else None)
+
+
+class DataFiles:
+    def __init__(self, data_dir: Path, store: Store | None) -> None:
+        """`store`: STORAGE_URL's (None: the data folder is the store)."""
+        self.data_dir = data_dir.absolute()
+        self.store = store
+        self.chunks_dir = self.data_dir / "chunks"
+
+    @property
+    def shared(self) -> bool:
+        return self.store is not None
+
+    def describe(self) -> str:
+        return self.store.describe() if self.store else str(self.data_dir)
+
+    def key(self, path: Path) -> str:
+        """The store key of a file under the data folder."""
+        relative = path.absolute().relative_to(self.data_dir)
+        if relative.parent == Path("chunks"):
+            document = chunk_store.document_of(relative)
+            if document is not None:
+                return f"chunks/{document}/{relative.name}"
+        return relative.as_posix()
+
+    async def fetch(self, path: Path) -> bool:
+        """Make `path` present here (from the store if it is only there); False if it is
+        nowhere."""
+        if path.exists():  # noqa: ASYNC240 (one stat: cheaper than a thread hop)
+            return True
+        if self.store is None:
+            return False
+        try:
+            await self.store.get_file(self.key(path), path)
+        except StoredObjectMissing:
+            return False
+        return True
+
+    async def fetch_all(self, paths: Iterable[Path]) -> list[Path]:
+        """`fetch` each; returns those that are nowhere."""
+        paths = list(paths)
+        found = await asyncio.gather(*(self.fetch(p) for p in paths))
+        return [p for p, ok in zip(paths, found, strict=True) if not ok]
+
+    async def send(self, *paths: Path) -> None:
+        """Copy complete files into the store, in order (a reader that sees the last one may
+        count on the earlier ones)."""
+        if self.store is None:
+            return
+        for path in paths:
+            await self.store.put_file(self.key(path), path)
+
+    async def exists(self, path: Path) -> bool:
+        if path.exists():  # noqa: ASYNC240 (one stat: cheaper than a thread hop)
+            return True
+        return self.store is not None and await self.store.exists(self.key(path))
+
+    async def size(self, path: Path) -> int | None:
+        """The file's size in bytes (here, else in the store); None if it is nowhere."""
+        try:
+            return (await asyncio.to_thread(path.stat)).st_size
+        except FileNotFoundError:
+            pass
+        return await self.store.size(self.key(path)) if self.store is not None else None
+
+    async def remove(self, *paths: Path) -> None:
+        """Here and in the store; missing ones are not an error."""
+        for path in paths:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+            if self.store is not None:
+                await self.store.delete(self.key(path))
+
+    # Chunk files: one document's versions (chunk_store's functions on the working copy, and
+    # the same on the store).
+
+    def version_paths(self, document_id: str, version: str | None) -> tuple[Path, Path]:
+        return chunk_store.version_paths(self.chunks_dir, document_id, version)
+
+    async def has_version(self, document_id: str, version: str) -> bool:
+        """The version's chunk files are complete (its index file, sent last, is there)."""
+        return await self.exists(self.version_paths(document_id, version)[1])
+
+    async def fetch_version(self, document_id: str, version: str | None) -> None:
+        """The version's chunk files, here; the reader's FileNotFoundError if they are not."""
+        await self.fetch_all(self.version_paths(document_id, version))
+
+    async def send_version(self, document_id: str, version: str) -> None:
+        # The index file last: `has_version` asks for it.
+        await self.send(*self.version_paths(document_id, version))
+
+    async def document_files(self, document_id: str) -> list[str]:
+        """Names of the document's chunk files in the store (empty without one)."""
+        if self.store is None:
+            return []
+        prefix = f"chunks/{chunk_store.check_document_id(document_id)}"
+        return [o.key.rsplit("/", 1)[1] for o in await self.store.list(prefix)]
+
+    async def only_version(self, document_id: str, version: str, live: str | None) -> bool:
+        """chunk_store.only_version, asked of the store too."""
+        # Inline, as before STORAGE_URL: a scan of one document's names, cheaper than a thread.
+        if not chunk_store.only_version(self.chunks_dir, document_id, version, live):
+            return False
+        mine = {p.name for p in self.version_paths(document_id, version)}
+        mine.add(chunk_store.sections_file(self.chunks_dir, document_id, version).name)
+        return all(name in mine for name in await self.document_files(document_id))
+
+    async def remove_other_versions(
+        self,
+        document_id: str,
+        version: str,
+        previous: str | None,
+        *,
+        previous_only: bool = False,
+        only_version: bool = False,
+    ) -> None:
+        """chunk_store.remove_other_versions, here and in the store."""
+        await asyncio.to_thread(
+            chunk_store.remove_other_versions,
+            self.chunks_dir,
+            document_id,
+            version,
+            previous,
+            previous_only=previous_only,
+            only_version=only_version,
+        )
+        if self.store is None:
+            return
+        sections = chunk_store.sections_file(self.chunks_dir, document_id, version)
+        if previous_only or only_version:
+            doomed = [sections]
+            if previous not in (None, version):
+                doomed += self.version_paths(document_id, previous)
+            await self.remove(*doomed)
+            return
+        keep = {p.name for p in self.version_paths(document_id, version)}
+        names = await self.document_files(document_id)
+        await self.remove(*(self.chunks_dir / n for n in names if n not in keep))
+
+    async def discard(self, document_id: str, version: str, live: str | None) -> None:
+        """An unpublished version's chunk and section files (never the live version's)."""
+        sections = chunk_store.sections_file(self.chunks_dir, document_id, version)
+        if live == version:
+            await self.remove(sections)
+            return
+        await self.remove(*self.version_paths(document_id, version), sections)
+
+    async def delete_document(self, document_id: str) -> None:
+        """Every version's files of a deleted document."""
+        await asyncio.to_thread(chunk_store.delete_chunks, self.chunks_dir, document_id)
+        if self.store is not None:
+            await self.store.delete_prefix(f"chunks/{chunk_store.check_document_id(document_id)}")

@@ -1,0 +1,92 @@
+"""STORAGE_URL on a real S3-protocol server (rclone on loopback): stored files and chunk files
+live in the store, the data folder is only this machine's working copy. Import, read, re-import
+and delete work with the working copy thrown away between steps, and leave exactly the
+document's live objects in the store."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from knowledgeops.settings import Settings
+from knowledgeops.stores import file_store
+from knowledgeops.stores.catalogue import DocumentCatalogue
+from starter.search import search
+from tests.conftest import EXAMPLES, running_env
+from tests.s3_server import rclone_s3
+
+
+def forget_working_copy(settings: Settings) -> None:
+    """What another machine's data folder holds of the documents: nothing."""
+    for folder in (settings.files_dir, settings.chunks_dir):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_import_read_reimport_and_delete_keep_their_files_in_the_store(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with rclone_s3(tmp_path / "s3") as s3:
+        cfg = s3.settings(settings)
+        async with running_env(cfg) as env:
+            ref = await env.documents.import_file(EXAMPLES / "spaced-repetition.txt")
+            st = await env.service.wait(ref.task_id, timeout=90)
+            assert st.status == "completed", st.last_error
+            doc = ref.document_id
+            first = await env.documents.get(doc)
+            row = await DocumentCatalogue(env.db).get(doc)
+            assert row is not None
+            version = (await env.live_chunks(doc)).version
+            assert s3.keys(f"chunks/{doc}") == [
+                f"chunks/{doc}/{doc}~{version}.idx",
+                f"chunks/{doc}/{doc}~{version}.jsonl",
+            ]
+            assert s3.keys("files") == [f"files/{row.file_id}"]
+
+            forget_working_copy(cfg)
+            page = await env.documents.chunks(doc, offset=0, limit=3)
+            assert page.total == first.indexed_chunks > 0
+            assert "spaced" in page.chunks[0].text.lower()
+
+            # Again, from the store only: a new version replaces the old one there too.
+            forget_working_copy(cfg)
+            other = tmp_path / "replacement.md"
+            other.write_text("# Interleaving\n\nMixing topics in one session helps recall.\n")
+            ref2 = await env.documents.import_file(other, document_id=doc)
+            st = await env.service.wait(ref2.task_id, timeout=90)
+            assert st.status == "completed", st.last_error
+            new = (await env.live_chunks(doc)).version
+            assert new != version
+            assert s3.keys(f"chunks/{doc}") == [
+                f"chunks/{doc}/{doc}~{new}.idx",
+                f"chunks/{doc}/{doc}~{new}.jsonl",
+            ]
+            hits = await search(env.store, env.embedder, "interleaving topics recall", k=1)
+            assert hits and hits[0].document_id == doc
+            assert "Interleaving" in hits[0].text
+
+            row = await DocumentCatalogue(env.db).get(doc)
+            assert row is not None
+            new_file = row.file_id
+            forget_working_copy(cfg)
+            deleted = await env.documents.delete(doc, actor="test")
+            st = await env.service.wait(deleted.task_id, timeout=90)
+            assert st.status == "completed", st.last_error
+            assert s3.keys(f"chunks/{doc}") == []
+            assert f"files/{new_file}" not in s3.keys("files")
+            assert not file_store.path_for(cfg.files_dir, new_file).exists()
+
+
+async def test_a_wrong_storage_secret_stops_start_up_naming_the_setting(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from knowledgeops.resources import open_resources
+    from knowledgeops.storage.store import StorageConfigError
+
+    with rclone_s3(tmp_path / "s3") as s3:
+        cfg = s3.settings(settings, aws_secret_access_key="not-the-secret")
+        try:
+            async with open_resources(cfg, warm_up=False, index=False):
+                raise AssertionError("start-up went on with a wrong secret")
+        except StorageConfigError as e:
+            message = str(e)
+    assert "AWS_SECRET_ACCESS_KEY" in message and "not-the-secret" not in message
