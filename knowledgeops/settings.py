@@ -174,10 +174,8 @@ class Settings(BaseSettings):
     # the backups folder; s3://bucket/prefix (S3-compatible storage, the AWS_* settings) or
     # file:///absolute/folder (e.g. a mounted share).
     backup_url: str = Field(default="", alias="BACKUP_URL")
-    # Where stored files, chunk files, OCR pages, task outputs and reports are kept: empty:
-    # the data folder (one machine); s3://bucket/prefix (S3-compatible storage, the AWS_*
-    # settings) for workers and the API on more than one machine (the data folder is then
-    # each machine's working copy); or file:///absolute/folder (a folder every machine mounts).
+    # Where stored files, chunks, OCR pages, outputs and reports are kept: empty: the data
+    # folder; s3://bucket/prefix or file:///folder for processes on more than one machine.
     storage_url: str = Field(default="", alias="STORAGE_URL")
     # S3-compatible storage: its endpoint (empty: AWS S3), credentials and region.
     aws_endpoint_url: str = Field(default="", alias="AWS_ENDPOINT_URL")
