@@ -1,19 +1,21 @@
 """Small-document throughput: N one-chunk notes uploaded through the HTTP API of a
 `knowledgeops dev` process, with an embedding server that answers at once.
 
-    .venv/bin/python -m bench.small_docs [--docs 2000] [--clients 8]
+    .venv/bin/python -m bench.small_docs [--docs 2000] [--clients 8] [--s3]
 
 The fake OpenAI-compatible server of the tests (tests/fake_openai.py) is the embedder, so the
 figure is the pipeline's own cost: upload, Temporal, parse and chunk (parser processes),
 embed, upsert, publish, events. Prints uploads/s accepted, documents/s end to end (first
 upload sent to last import completed, as Temporal records it), the completion rate between
-10 % and 90 % of the documents, and failures. Asserts nothing.
+10 % and 90 % of the documents, and failures. With --s3, the files are kept in S3-compatible
+storage (STORAGE_URL: `rclone serve s3` on loopback, as in the tests). Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -29,6 +31,7 @@ from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect
 from starter.dev_server import free_port, port_in_use
 from tests.fake_openai import FakeOpenAI
+from tests.s3_server import rclone_s3
 
 # How often the bench asks Temporal how many imports have ended (a cheap count query).
 POLL_SECONDS = 1.0
@@ -106,10 +109,18 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=8, help="concurrent uploads")
     ap.add_argument("--keep-log", type=Path, help="copy the dev process's log here")
+    ap.add_argument("--s3", action="store_true", help="STORAGE_URL on rclone serve s3")
     args = ap.parse_args()
     fake = FakeOpenAI().start()
     try:
-        with tempfile.TemporaryDirectory(prefix="ko-bench-small-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="ko-bench-small-") as tmp,
+            contextlib.ExitStack() as stack,
+        ):
+            storage: dict[str, object] = {}
+            if args.s3:
+                s3 = stack.enter_context(rclone_s3(Path(tmp) / "s3"))
+                storage = {"STORAGE_URL": s3.url, **s3.env()}
             port = free_port()
             while port + 1000 > 65535 or port_in_use("127.0.0.1", port + 1000):
                 port = free_port()  # the dev server's Web UI takes port + 1000
@@ -120,6 +131,7 @@ def main() -> None:
                 EMBEDDING_MODEL="fake-embed",
                 OPENAI_BASE_URL=fake.base_url,
                 OPENAI_API_KEY=fake.api_key,
+                **storage,
             )
             log = Path(tmp) / "dev.log"
             dev = [sys.executable, "-m", "starter.cli", "dev"]
