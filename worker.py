@@ -32,6 +32,7 @@ from knowledgeops.schedules import ensure_schedules
 from knowledgeops.setting_values import parse_pools
 from knowledgeops.settings import Settings, SettingsError
 from knowledgeops.settings_loading import load_settings
+from knowledgeops.stores.data_files import check_storage
 from knowledgeops.task_types import (
     COMMON_ACTIVITY_CLASSES,
     POOLS,
@@ -164,6 +165,7 @@ async def run_worker(
     """Workers of `pools` (None: WORKER_POOLS; every pool unless set), and the API when this
     process owns the embedded index, until `stop`."""
     pools = list(pools) if pools is not None else parse_pools(settings.worker_pools.split(","))
+    await check_storage(settings)
     if Pool.MAINTENANCE in pools and (backups := backup_store(settings)) is not None:
         # A wrong BACKUP_URL or key stops start-up, not the first backup at 3 a.m.
         await backups.check()
@@ -242,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             )
         )
-    except RuntimeError as e:
+    except (RuntimeError, ConnectionError) as e:
         log.error("worker stopped: %s", e)
         return 1
 

@@ -153,8 +153,5 @@ async def open_resources(
         if reranker is not None:
             stack.push_async_callback(reranker.aclose)
         resources = Resources(settings, db, store, embedder, chat, vision, reranker)
-        if settings.storage_url:
-            # A wrong STORAGE_URL or key stops start-up, not the first upload.
-            await resources.storage.check()
         stack.push_async_callback(resources.close_others)
         yield resources

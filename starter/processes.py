@@ -23,6 +23,7 @@ import httpx
 
 from knowledgeops.resources import open_resources
 from knowledgeops.settings import Settings
+from knowledgeops.stores.data_files import check_storage
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure
@@ -80,6 +81,7 @@ async def serve_api_only(
     settings: Settings, stop: asyncio.Event, on_ready: Callable[[], None] | None = None
 ) -> None:
     """The HTTP API with no workers (with the embedded index it needs the folder free)."""
+    await check_storage(settings)
     client = await connect(settings, fail_fast=True)
     await ensure_search_attributes(client, settings.temporal_namespace)
     async with open_resources(settings) as resources:

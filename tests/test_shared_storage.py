@@ -6,13 +6,15 @@ document's live objects in the store."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from starter.search import search
-from tests.conftest import EXAMPLES, running_env
+from tests.conftest import EXAMPLES, ROOT, running_env, settings_env
 from tests.s3_server import rclone_s3
 
 
@@ -76,17 +78,24 @@ async def test_import_read_reimport_and_delete_keep_their_files_in_the_store(
             assert not file_store.path_for(cfg.files_dir, new_file).exists()
 
 
-async def test_a_wrong_storage_secret_stops_start_up_naming_the_setting(
+def test_a_wrong_storage_secret_or_bucket_stops_start_up_naming_the_setting(
     settings: Settings, tmp_path: Path
 ) -> None:
-    from knowledgeops.resources import open_resources
-    from knowledgeops.storage.store import StorageConfigError
+    def worker(cfg: Settings) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "worker.py"), "--pool", "parse"],
+            cwd=ROOT,
+            env=settings_env(cfg),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     with rclone_s3(tmp_path / "s3") as s3:
-        cfg = s3.settings(settings, aws_secret_access_key="not-the-secret")
-        try:
-            async with open_resources(cfg, warm_up=False, index=False):
-                raise AssertionError("start-up went on with a wrong secret")
-        except StorageConfigError as e:
-            message = str(e)
-    assert "AWS_SECRET_ACCESS_KEY" in message and "not-the-secret" not in message
+        wrong_secret = worker(s3.settings(settings, aws_secret_access_key="not-the-secret"))
+        no_bucket = worker(s3.settings(settings, storage_url="s3://no-such-bucket/x"))
+    assert wrong_secret.returncode == 1, wrong_secret.stderr[-2000:]
+    assert "AWS_SECRET_ACCESS_KEY" in wrong_secret.stderr
+    assert "not-the-secret" not in wrong_secret.stderr + wrong_secret.stdout
+    assert no_bucket.returncode == 1, no_bucket.stderr[-2000:]
+    assert "no-such-bucket" in no_bucket.stderr and "STORAGE_URL" in no_bucket.stderr

@@ -33,6 +33,13 @@ def open_storage(settings: Settings) -> tuple[Store, DataFiles]:
     return store, DataFiles(settings.data_dir, store if settings.storage_url else None)
 
 
+async def check_storage(settings: Settings) -> None:
+    """At start-up: a wrong STORAGE_URL, endpoint, key or bucket stops it (StorageConfigError
+    naming the setting), not the first upload."""
+    if settings.storage_url:
+        await open_storage(settings)[0].check()
+
+
 class DataFiles:
     def __init__(self, data_dir: Path, store: Store | None) -> None:
         """`store`: STORAGE_URL's (None: the data folder is the store)."""
