@@ -175,6 +175,7 @@ async def run_worker(
     index = opens_index(pools)
     # A parse-only worker needs neither the index nor the model: no lock, no model processes.
     async with open_resources(settings, index=index, warm_up=index) as resources:
+        await resources.share_live_index()
         api = None
         if serve_api and index:
             # Before the workers: a port in use stops start-up before any task is taken.

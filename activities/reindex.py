@@ -131,6 +131,7 @@ class ReindexActivities:
             dimension = len((await embedder.embed(["dimension"]))[0])
         async with Heartbeater():
             await switch_live(store, LiveIndex(req.collection, req.model, req.chunking), dimension)
+            await self.resources.share_live_index()
         activity.logger.info("live index switched from %s to %s", before, req.collection)
         return SwitchResult(before=before)
 

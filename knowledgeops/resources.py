@@ -13,13 +13,21 @@ from dataclasses import dataclass, field
 from knowledgeops.chat import ChatModel, make_chat_model
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder, OnWait, make_embedder
-from knowledgeops.index.live import LiveIndex, live_index, nearest, read_live_index
+from knowledgeops.index.live import (
+    LIVE_INDEX_KEY,
+    LiveIndex,
+    live_index,
+    nearest,
+    read_live_index,
+    shared_live_index,
+    shared_live_index_record,
+)
 from knowledgeops.index.opening import open_index_migrating
 from knowledgeops.index.points import Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker, make_reranker
 from knowledgeops.settings import Settings
-from knowledgeops.storage.store import Store
+from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions
@@ -72,10 +80,23 @@ class Resources:
     async def live_index(self) -> LiveIndex:
         """The index search answers from (its collection, model and chunking)."""
         if self.index is None:
-            # A parse worker beside the embedded index's owner: the chunking to split with is
-            # in the index's files, readable without opening it.
+            # A parse worker, which needs the chunking to split with: with STORAGE_URL, as the
+            # index's owner shared it (the worker may be on another machine); else in the
+            # files of the embedded index beside it, readable without opening it.
+            if self.files.shared:
+                try:
+                    return shared_live_index(await self.storage.get(LIVE_INDEX_KEY))
+                except StoredObjectMissing:
+                    pass  # no owner started with STORAGE_URL yet: the local files, or the default
             return read_live_index(self.settings, self.embedder.model_id)
         return await live_index(self.store, self.embedder.model_id)
+
+    async def share_live_index(self) -> None:
+        """With STORAGE_URL: the live index, where workers that do not open it read it (at the
+        start of the index's owner, and after a re-index switches it)."""
+        if self.files.shared and self.index is not None:
+            live = await live_index(self.index, self.embedder.model_id)
+            await self.storage.put(LIVE_INDEX_KEY, shared_live_index_record(live))
 
     async def nearest(
         self,

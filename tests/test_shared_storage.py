@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.index.live import LiveIndex, switch_live
+from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
@@ -99,3 +103,29 @@ def test_a_wrong_storage_secret_or_bucket_stops_start_up_naming_the_setting(
     assert "not-the-secret" not in wrong_secret.stderr + wrong_secret.stdout
     assert no_bucket.returncode == 1, no_bucket.stderr[-2000:]
     assert "no-such-bucket" in no_bucket.stderr and "STORAGE_URL" in no_bucket.stderr
+
+
+async def test_a_worker_without_the_index_splits_as_the_live_index_says(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A parse worker on another machine than the embedded index's owner cannot read the
+    index's files: the owner shares which chunking a re-index chose through the store."""
+    with rclone_s3(tmp_path / "s3") as s3:
+        cfg = s3.settings(settings)
+        async with running_env(cfg) as env:
+            model = env.embedder.model_id
+            elsewhere = cfg.model_copy(update={"data_dir": tmp_path / "parse-machine"})
+            parser = Resources(elsewhere, env.db, None, env.embedder)
+            assert (await parser.live_index()).chunking is None  # nothing shared yet
+
+            owner = Resources(cfg, env.db, env.store, env.embedder)
+            rebuilt = LiveIndex(
+                VectorIndex.collection_name(model, "t2"),
+                model,
+                ChunkingOptions(chunk_tokens=40, overlap_tokens=4),
+            )
+            dimension = len((await env.embedder.embed(["dimension"]))[0])
+            await switch_live(env.store, rebuilt, dimension)
+            await owner.share_live_index()
+            assert s3.keys("index") == ["index/live.json"]
+            assert await parser.live_index() == rebuilt

@@ -63,6 +63,8 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
         # The chunks are in the store; only the index worker's data folder has an index.
         assert any(k.endswith(".jsonl") for k in s3.keys("chunks/big"))
         assert index_folders(tmp_path) == ["index"]
+        # Its owner shared the live index for the parse workers (which chunking to split with).
+        assert s3.keys("index") == ["index/live.json"]
 
 
 def index_folders(tmp_path: Path) -> list[str]:

@@ -10,6 +10,7 @@ Before the first re-index there is no alias: the live collection is the configur
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -108,6 +109,28 @@ def index_of(collection: str, meta: dict[str, Any], *, default_model: str = "") 
             {k: meta[k] for k in ("chunk_tokens", "overlap_tokens") if k in meta}
         )
     return LiveIndex(collection, str(meta.get("model") or default_model), chunking)
+
+
+# Where the index's owner shares the live index with workers that do not open the index (with
+# STORAGE_URL; knowledgeops/resources.py).
+LIVE_INDEX_KEY = "index/live.json"
+
+
+def shared_live_index_record(live: LiveIndex) -> bytes:
+    chunking = live.chunking.model_dump() if live.chunking else None
+    return json.dumps(
+        {"collection": live.collection, "model": live.model, "chunking": chunking}
+    ).encode()
+
+
+def shared_live_index(raw: bytes) -> LiveIndex:
+    record = json.loads(raw)
+    chunking = record.get("chunking")
+    return LiveIndex(
+        str(record["collection"]),
+        str(record["model"]),
+        ChunkingOptions.model_validate(chunking) if chunking else None,
+    )
 
 
 async def switch_live(index: VectorIndex, live: LiveIndex, dimension: int) -> None:
