@@ -48,10 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--tags", default="", help="comma-separated")
     i.add_argument("--owner")
 
-    from starter import cli_index, cli_ocr
+    from starter import cli_index, cli_ocr, cli_storage
 
     cli_ocr.add_parser(sub)
     cli_index.add_parser(sub)
+    cli_storage.add_parser(sub)
 
     r = sub.add_parser("run", help="start a task of any type")
     r.add_argument("task_type", choices=[t.value for t in TaskType], metavar="TYPE")
@@ -204,6 +205,10 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
         from starter import cli_index
 
         return await cli_index.command(args, settings)
+    if args.command == "storage":
+        from starter import cli_storage
+
+        return await cli_storage.command(args, settings)
     if args.command == "cards":
         from starter import cli_cards
 

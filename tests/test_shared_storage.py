@@ -10,13 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
+from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.stores.data_files import open_storage
+from knowledgeops.stores.live_versions import LiveVersions
+from knowledgeops.stores.outputs import OutputStore
 from starter.search import search
 from tests.conftest import EXAMPLES, ROOT, running_env, settings_env
 from tests.s3_server import rclone_s3
@@ -129,3 +134,52 @@ async def test_a_worker_without_the_index_splits_as_the_live_index_says(
             await owner.share_live_index()
             assert s3.keys("index") == ["index/live.json"]
             assert await parser.live_index() == rebuilt
+
+
+async def test_an_installation_uploads_its_data_folder_when_it_starts_sharing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    async with running_env(settings) as env:  # no STORAGE_URL yet: the data folder only
+        ref = await env.documents.import_file(EXAMPLES / "spaced-repetition.txt")
+        st = await env.service.wait(ref.task_id, timeout=90)
+        assert st.status == "completed", st.last_error
+        doc = ref.document_id
+        before = await env.documents.chunks(doc, offset=0, limit=50)
+        usage = TokenUsage(input_tokens=7, output_tokens=3)
+        await OutputStore(LocalStore(settings.data_dir)).save("t-output", usage)
+    # An earlier installation's pointer file, with no row in the database.
+    (settings.chunks_dir / "doc-legacy.live").write_text("v-old")
+
+    with rclone_s3(tmp_path / "s3") as s3:
+        cfg = s3.settings(settings)
+
+        def upload() -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "starter.cli", "storage", "upload"],
+                cwd=ROOT,
+                env=settings_env(cfg),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+            return done.stdout
+
+        first = upload()
+        assert "copied 4 files" in first and "1 live-version pointer files moved" in first
+        assert s3.keys(f"chunks/{doc}") == [
+            f"chunks/{doc}/{doc}~{before.version}.idx",
+            f"chunks/{doc}/{doc}~{before.version}.jsonl",
+        ]
+        assert len(s3.keys("files")) == 1 and s3.keys("outputs") == ["outputs/t-output.json"]
+        again = upload()
+        assert "copied 0 files" in again and "4 were there already" in again
+
+        async with running_env(cfg) as env:
+            forget_working_copy(cfg)
+            assert await env.documents.chunks(doc, offset=0, limit=50) == before
+            stored = await OutputStore(open_storage(cfg)[0]).load("t-output")
+            assert TokenUsage.model_validate(stored) == usage
+            versions = LiveVersions(env.db, cfg.chunks_dir)
+            assert await versions.get("doc-legacy") == "v-old"
+            assert "doc-legacy" in await versions.documents()
