@@ -32,7 +32,7 @@ from knowledgeops.schedules import ensure_schedules
 from knowledgeops.setting_values import parse_pools
 from knowledgeops.settings import Settings, SettingsError
 from knowledgeops.settings_loading import load_settings
-from knowledgeops.stores.data_files import check_storage
+from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.task_types import (
     COMMON_ACTIVITY_CLASSES,
     POOLS,
@@ -183,6 +183,9 @@ async def run_worker(
             api = ApiServer(await connect(settings, fail_fast=True), resources, stop)
         workers = build_workers(client, resources, pools)
         tasks = [asyncio.create_task(w.run()) for w in workers]
+        if resources.files.shared:
+            trim = keep_working_copy_trimmed(resources.files, settings, stop)
+            tasks.append(asyncio.create_task(trim))
         if Pool.MAINTENANCE in pools:
             # What operators do in Temporal's Web UI / CLI shows up in our events and audit
             # log (one pool's job, so a deployment of many workers does it once per worker

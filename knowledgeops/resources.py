@@ -87,7 +87,8 @@ class Resources:
                 try:
                     return shared_live_index(await self.storage.get(LIVE_INDEX_KEY))
                 except StoredObjectMissing:
-                    pass  # no owner started with STORAGE_URL yet: the local files, or the default
+                    # No owner started with STORAGE_URL yet: the local files, or the default.
+                    return read_live_index(self.settings, self.embedder.model_id)
             return read_live_index(self.settings, self.embedder.model_id)
         return await live_index(self.store, self.embedder.model_id)
 

@@ -177,6 +177,8 @@ class Settings(BaseSettings):
     # Where stored files, chunks, OCR pages, outputs and reports are kept: empty: the data
     # folder; s3://bucket/prefix or file:///folder for processes on more than one machine.
     storage_url: str = Field(default="", alias="STORAGE_URL")
+    # With STORAGE_URL: a machine's copy of a file not used for this long is removed (hours).
+    working_copy_hours: float = Field(default=24.0, gt=0, alias="WORKING_COPY_HOURS")
     # S3-compatible storage: its endpoint (empty: AWS S3), credentials and region.
     aws_endpoint_url: str = Field(default="", alias="AWS_ENDPOINT_URL")
     aws_access_key_id: str = Field(default="", alias="AWS_ACCESS_KEY_ID")

@@ -23,7 +23,7 @@ import httpx
 
 from knowledgeops.resources import open_resources
 from knowledgeops.settings import Settings
-from knowledgeops.stores.data_files import check_storage
+from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure
@@ -87,6 +87,9 @@ async def serve_api_only(
     async with open_resources(settings) as resources:
         api = ApiServer(client, resources, stop)
         tasks = api.start()
+        if resources.files.shared:
+            trim = keep_working_copy_trimmed(resources.files, settings, stop)
+            tasks.append(asyncio.create_task(trim))
         if on_ready:
             on_ready()
         try:

@@ -5,9 +5,11 @@ document's live objects in the store."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from knowledgeops.contracts.ai import TokenUsage
@@ -183,3 +185,34 @@ async def test_an_installation_uploads_its_data_folder_when_it_starts_sharing(
             versions = LiveVersions(env.db, cfg.chunks_dir)
             assert await versions.get("doc-legacy") == "v-old"
             assert "doc-legacy" in await versions.documents()
+
+
+async def test_idle_copies_leave_the_working_copy_only_when_the_store_has_them(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with rclone_s3(tmp_path / "s3") as s3:
+        cfg = s3.settings(settings)
+        files = open_storage(cfg)[1]
+        chunks = cfg.chunks_dir
+        chunks.mkdir(parents=True)
+        idle, used, unsent, pointer = (
+            chunks / "doc-a~v1.jsonl",
+            chunks / "doc-b~v1.jsonl",
+            chunks / "doc-c~v1.jsonl",
+            chunks / "doc-d.live",
+        )
+        for path in (idle, used, unsent, pointer):
+            path.write_text(f"{path.name}\n")
+        await files.send(idle, used)
+        day_ago = time.time() - 86400
+        for path in (idle, used, unsent, pointer):
+            os.utime(path, (day_ago, day_ago))
+        assert await files.fetch(used)  # read again today
+
+        assert await files.trim(older_than=3600) == 1
+        assert not idle.exists() and used.exists() and unsent.exists() and pointer.exists()
+        assert await files.fetch(idle) and idle.read_text() == "doc-a~v1.jsonl\n"
+        # A copy that differs from the store's object is not the store's: it stays.
+        used.write_text("changed here\n")
+        os.utime(used, (day_ago, day_ago))
+        assert await files.trim(older_than=3600) == 0 and used.exists()

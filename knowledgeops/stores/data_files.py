@@ -18,6 +18,10 @@ version of a document without reading every document's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,6 +29,8 @@ from knowledgeops.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores import chunk_store
+
+log = logging.getLogger(__name__)
 
 
 def open_storage(settings: Settings) -> tuple[Store, DataFiles]:
@@ -38,6 +44,27 @@ async def check_storage(settings: Settings) -> None:
     naming the setting), not the first upload."""
     if settings.storage_url:
         await open_storage(settings)[0].check()
+
+
+# How often a process with STORAGE_URL removes idle copies from its working copy.
+TRIM_INTERVAL_SECONDS = 600.0
+
+
+async def keep_working_copy_trimmed(
+    files: DataFiles, settings: Settings, stop: asyncio.Event
+) -> None:
+    """Until `stop`: `files.trim` every TRIM_INTERVAL_SECONDS (a process's background task
+    when STORAGE_URL is set; without one there is no copy to trim)."""
+    while files.shared and not stop.is_set():
+        try:
+            removed = await files.trim(settings.working_copy_hours * 3600)
+        except Exception as e:  # a store that is down now: the next round tries again
+            log.warning("trimming the working copy in %s failed: %s", files.data_dir, e)
+        else:
+            if removed:
+                log.info("removed %d idle files from the working copy", removed)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), TRIM_INTERVAL_SECONDS)
 
 
 class DataFiles:
@@ -66,10 +93,16 @@ class DataFiles:
     async def fetch(self, path: Path) -> bool:
         """Make `path` present here (from the store if it is only there); False if it is
         nowhere."""
-        if path.exists():  # noqa: ASYNC240 (one stat: cheaper than a thread hop)
-            return True
         if self.store is None:
-            return False
+            return path.exists()  # noqa: ASYNC240 (one stat: cheaper than a thread hop)
+        try:
+            os.utime(path)  # marked as used: `trim` keeps it
+            return True
+        except FileNotFoundError:
+            return await self._download(path)
+
+    async def _download(self, path: Path) -> bool:
+        assert self.store is not None
         try:
             await self.store.get_file(self.key(path), path)
         except StoredObjectMissing:
@@ -100,8 +133,7 @@ class DataFiles:
         try:
             return (await asyncio.to_thread(path.stat)).st_size
         except FileNotFoundError:
-            pass
-        return await self.store.size(self.key(path)) if self.store is not None else None
+            return await self.store.size(self.key(path)) if self.store is not None else None
 
     async def remove(self, *paths: Path) -> None:
         """Here and in the store; missing ones are not an error."""
@@ -109,6 +141,19 @@ class DataFiles:
             await asyncio.to_thread(path.unlink, missing_ok=True)
             if self.store is not None:
                 await self.store.delete(self.key(path))
+
+    async def trim(self, older_than: float) -> int:
+        """With a store: remove this machine's copies of files not written or fetched for
+        `older_than` seconds, where the store holds them whole (same size); returns how many.
+        Safe at any time: a step fetches a file again before it reads it, and a file a reader
+        has open stays readable until it closes it."""
+        if self.store is None:
+            return 0
+        removed = 0
+        for path, size in await asyncio.to_thread(_idle_copies, self.data_dir, older_than):
+            if await self.store.size(self.key(path)) == size:
+                removed += await asyncio.to_thread(_remove_if_idle, path, older_than)
+        return removed
 
     # Chunk files: one document's versions (chunk_store's functions on the working copy, and
     # the same on the store).
@@ -189,3 +234,44 @@ class DataFiles:
         await asyncio.to_thread(chunk_store.delete_chunks, self.chunks_dir, document_id)
         if self.store is not None:
             await self.store.delete_prefix(f"chunks/{chunk_store.check_document_id(document_id)}")
+
+
+# The working copy's folders; everything in them is also in the store (sent when complete).
+_COPIED = ("files", "chunks", "ocr")
+
+
+def _remove_if_idle(path: Path, older_than: float) -> bool:
+    """Looked at again just before: a step may have fetched (touched) it since the listing."""
+    try:
+        if path.stat().st_mtime >= time.time() - older_than:
+            return False
+        path.unlink()
+    except FileNotFoundError:
+        return False  # removed meanwhile
+    return True
+
+
+def _idle_copies(data_dir: Path, older_than: float) -> list[tuple[Path, int]]:
+    """Files of the working copy last written (or fetched) more than `older_than` seconds ago,
+    with their sizes; never temporary files nor an earlier installation's `.live` pointers
+    (which are only ever read here)."""
+    cutoff = time.time() - older_than
+    found = []
+    for name in _COPIED:
+        for folder, dirs, names in os.walk(data_dir / name):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for file in names:
+                if (
+                    file.startswith(".")
+                    or ".tmp-" in file
+                    or file.endswith(chunk_store.LIVE_SUFFIX)
+                ):
+                    continue
+                path = Path(folder, file)
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                if st.st_mtime < cutoff:
+                    found.append((path, st.st_size))
+    return found
