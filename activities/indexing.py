@@ -97,6 +97,7 @@ class EmbedActivities:
         except EmbeddingRejectedError as e:
             raise bad_input("EmbeddingRejected", str(e)) from None
         except FileNotFoundError as e:
+            await self._still_stored(req.document_id, req.version)
             raise bad_input("ChunksMissing", str(e)) from None
 
     @activity.defn(name=UPSERT_CHUNKS.name)
@@ -136,7 +137,20 @@ class EmbedActivities:
                     fields,
                 )
         except (FileNotFoundError, VectorsMissingError) as e:
+            if isinstance(e, FileNotFoundError):
+                await self._still_stored(req.document_id, req.version)
             raise bad_input(type(e).__name__.removesuffix("Error"), str(e)) from None
+
+    async def _still_stored(self, document_id: str, version: str | None) -> None:
+        """A version's chunk files that went missing here while the store has them: this
+        machine's copy was trimmed as it was opened (STORAGE_URL). A retryable error, so the
+        next attempt fetches them again."""
+        files = self.resources.files
+        if files.shared and version is not None and await files.has_version(document_id, version):
+            raise RuntimeError(
+                f"the working copy of {document_id} version {version} was removed as it was "
+                "read; the retry fetches it again"
+            )
 
 
 class DocumentListActivities:
