@@ -90,24 +90,21 @@ class ImportActivities:
                     self.settings.parser_memory_mb,
                     self._limits(),
                 )
-                # The chunk step may run on another machine.
-                await self.resources.files.send(sections)
-                return parsed
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None
+        async with Heartbeater():  # the parser's slot is free again meanwhile
+            # The chunk step may run on another machine.
+            await self.resources.files.send(sections)
+        return parsed
 
     @activity.defn(name=CHUNK_DOCUMENT.name)
     async def chunk_document(self, req: ChunkRequest) -> ChunkResult:
         chunks_dir, files = self.settings.chunks_dir, self.resources.files
         if await files.has_version(req.document_id, req.version):
-            # Chunked by an earlier attempt that died before reporting: same input, same chunks.
-            # Sent again: that attempt may have died before it sent them (same names, same
-            # bytes); with no STORAGE_URL neither step does anything.
-            await files.fetch_version(req.document_id, req.version)
-            await files.send_version(req.document_id, req.version)
-            reader = chunk_store.ChunkReader(chunks_dir, req.document_id, req.version)
-            reader.close()
-            return ChunkResult(total_chunks=reader.count)
+            # Chunked by an earlier attempt that died before reporting: same input, same chunks
+            # (counted from the offset index's size: nothing to read or download).
+            index_size = await files.size(files.version_paths(req.document_id, req.version)[1])
+            return ChunkResult(total_chunks=chunk_store.chunk_count(index_size or 0))
         sections = sections_file(chunks_dir, req.document_id, req.version)
         if not await files.fetch(sections):
             raise bad_input(
@@ -115,10 +112,15 @@ class ImportActivities:
                 f"the parsed text of {req.document_id} version {req.version} is gone (removed "
                 "by a delete or a cleanup); import the document again",
             )
-        if req.ocr_file_id:
+        if req.ocr_file_id and files.shared:
             # Recognised pages are read into the chunks (OCR may have run on another machine).
             ocr = OcrResults(self.settings.ocr_dir)
-            await files.fetch_all(ocr.path(req.ocr_file_id, p) for p in req.ocr_pages)
+            missing = await files.fetch_all(ocr.path(req.ocr_file_id, p) for p in req.ocr_pages)
+            if missing:  # retryable: the same version must get the same chunks
+                raise RuntimeError(
+                    f"{len(missing)} recognised pages of {req.ocr_file_id} are not in "
+                    f"{files.describe()} (first: {missing[0].name})"
+                )
         try:
             async with self._parser_slot(), Heartbeater():
                 total = await run_chunk(
@@ -136,9 +138,15 @@ class ImportActivities:
                     if req.ocr_file_id
                     else None,
                 )
-                await files.send_version(req.document_id, req.version)
         except DocumentError as e:
             raise bad_input(e.kind, e.message) from None
+        async with Heartbeater():
+            await files.send_version(req.document_id, req.version)
+            if self.resources.index is None:
+                # A parse worker: the index's owner reads them (from the store), not this one.
+                await files.drop_copies(
+                    *files.version_paths(req.document_id, req.version), sections
+                )
         return ChunkResult(total_chunks=total)
 
     async def _live_chunking(self) -> ChunkingOptions:

@@ -147,15 +147,16 @@ class ReindexActivities:
             for doc in ids:
                 source = await versions.get(doc)
                 version = rebuilt_version(req.tag, source)
-                if source == version or not await files.has_version(doc, version):
+                if source == version:
+                    continue
+                # The count, from the size of its offset index (nothing to download); None:
+                # not rebuilt (or removed meanwhile), nothing to adopt.
+                index_size = await files.size(files.version_paths(doc, version)[1])
+                if index_size is None:
                     continue
                 await versions.put(doc, version)
                 await files.remove_other_versions(doc, version, source, previous_only=True)
-                # The count, from the size of its offset index: nothing to download.
-                index_size = await files.size(files.version_paths(doc, version)[1])
-                await self.catalogue.set_indexed_chunks(
-                    doc, chunk_store.chunk_count(index_size or 0)
-                )
+                await self.catalogue.set_indexed_chunks(doc, chunk_store.chunk_count(index_size))
                 adopted += 1
         return AdoptResult(adopted=adopted, next_after=ids[-1] if len(ids) == req.limit else None)
 

@@ -96,8 +96,12 @@ class Resources:
         """With STORAGE_URL: the live index, where workers that do not open it read it (at the
         start of the index's owner, and after a re-index switches it)."""
         if self.files.shared and self.index is not None:
-            live = await live_index(self.index, self.embedder.model_id)
-            await self.storage.put(LIVE_INDEX_KEY, shared_live_index_record(live))
+            shared = None
+            # Until it holds what the index says: a re-index's switch may land between the
+            # read and the write (at an owner's start) and must not be overwritten.
+            while (live := await live_index(self.index, self.embedder.model_id)) != shared:
+                await self.storage.put(LIVE_INDEX_KEY, shared_live_index_record(live))
+                shared = live
 
     async def nearest(
         self,

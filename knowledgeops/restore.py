@@ -44,6 +44,7 @@ from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import pool_dir
 from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database, migrate_to_head
+from knowledgeops.stores.live_versions import LiveVersions
 
 _TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
 
@@ -117,20 +118,26 @@ def _restore_file(settings: Settings, pool: Path, entry: FileEntry) -> Path:
 
 async def _restore_files(
     settings: Settings, archive: Path, files: DataFiles
-) -> tuple[int, int, int]:
+) -> tuple[int, int, int, list[Path]]:
+    """(stored files, chunk files, bytes, an earlier installation's `.live` pointer files)."""
     pool = pool_dir(archive.parent)
     stored = chunks = size = 0
+    pointers: list[Path] = []
+    indexes: list[Path] = []
     listing = read_listing(archive)  # one line at a time: a listing can be long
     while (entry := await asyncio.to_thread(next, listing, None)) is not None:
         target = await asyncio.to_thread(_restore_file, settings, pool, entry)
-        # A `.live` file is an earlier installation's pointer, which only this machine's
-        # data folder is read for (live_versions.py): nothing for the store.
-        if target.suffix != chunk_store.LIVE_SUFFIX:
+        if target.suffix == chunk_store.LIVE_SUFFIX:
+            pointers.append(target)  # for the database (`_restore`), not the store
+        elif target.suffix == ".idx":
+            indexes.append(target)  # last: in the store an .idx says its version is complete
+        else:
             await files.send(target)
         stored += entry.path.startswith("files/")
         chunks += entry.path.startswith("chunks/")
         size += entry.bytes
-    return stored, chunks, size
+    await files.send(*indexes)
+    return stored, chunks, size, pointers
 
 
 async def restore_archive(
@@ -218,9 +225,17 @@ async def _restore(
         f"restoring {manifest.stored_files} stored files and {manifest.chunk_files} chunk files "
         f"into {files.describe()} ..."
     )
-    stored, chunks, size = await _restore_files(settings, archive, files)
+    stored, chunks, size, pointers = await _restore_files(settings, archive, files)
     db = await Database.open(settings)
     try:
+        if files.shared and pointers:
+            # Other machines read only the database for which version is live.
+            versions = LiveVersions(db, settings.chunks_dir)
+            with_rows = await versions.documents()
+            for pointer in pointers:
+                document = pointer.name.removesuffix(chunk_store.LIVE_SUFFIX)
+                if document not in with_rows:
+                    await versions.put(document, pointer.read_text())
         # An archive of an earlier version has points without owner and tags: they come from
         # the restored catalogue (a no-op rewrite for points that have them).
         for collection in manifest.index:

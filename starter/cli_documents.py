@@ -101,7 +101,11 @@ async def _import(args: argparse.Namespace, settings: Settings) -> int:
     # Nobody serves the API: store the files here, where the workers must see them too.
     print(
         f"note: no API answers at {settings.resolved_api_url}; storing the files in "
-        f"{settings.files_dir}, which every worker must share",
+        + (
+            f"{settings.files_dir} and {settings.storage_url}, which every worker reads"
+            if settings.storage_url
+            else f"{settings.files_dir}, which every worker must share"
+        ),
         file=sys.stderr,
     )
     async with _document_service(settings, with_index=False) as documents:

@@ -63,6 +63,9 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
         # The chunks are in the store; only the index worker's data folder has an index.
         assert any(k.endswith(".jsonl") for k in s3.keys("chunks/big"))
         assert index_folders(tmp_path) == ["index"]
+        # The parse worker that finished kept no copies of what it sent (the index worker reads
+        # them from the store); the killed one left what it was writing.
+        assert parse_copies(tmp_path / "parse-2") == []
         # Its owner shared the live index for the parse workers (which chunking to split with).
         assert s3.keys("index") == ["index/live.json"]
 
@@ -70,6 +73,11 @@ async def test_a_parse_worker_and_an_index_worker_import_together(
 def index_folders(tmp_path: Path) -> list[str]:
     """The machines (data folders) an embedded index was opened in."""
     return sorted(p.parent.name for p in tmp_path.glob("*/index") if p.is_dir())
+
+
+def parse_copies(data_dir: Path) -> list[str]:
+    """Parsed text and chunk files left in a parse worker's data folder."""
+    return sorted(p.name for p in data_dir.glob("chunks/*") if p.is_file())
 
 
 def machine(cfg: Settings, tmp_path: Path, name: str) -> Settings:

@@ -112,6 +112,8 @@ class DataFiles:
     async def fetch_all(self, paths: Iterable[Path]) -> list[Path]:
         """`fetch` each; returns those that are nowhere."""
         paths = list(paths)
+        if self.store is None:
+            return [p for p in paths if not p.exists()]
         found = await asyncio.gather(*(self.fetch(p) for p in paths))
         return [p for p, ok in zip(paths, found, strict=True) if not ok]
 
@@ -134,6 +136,12 @@ class DataFiles:
             return (await asyncio.to_thread(path.stat)).st_size
         except FileNotFoundError:
             return await self.store.size(self.key(path)) if self.store is not None else None
+
+    async def drop_copies(self, *paths: Path) -> None:
+        """With a store: remove this machine's copies (they stay in the store)."""
+        if self.store is not None:
+            for path in paths:
+                await asyncio.to_thread(path.unlink, missing_ok=True)
 
     async def remove(self, *paths: Path) -> None:
         """Here and in the store; missing ones are not an error."""
@@ -162,8 +170,13 @@ class DataFiles:
         return chunk_store.version_paths(self.chunks_dir, document_id, version)
 
     async def has_version(self, document_id: str, version: str) -> bool:
-        """The version's chunk files are complete (its index file, sent last, is there)."""
-        return await self.exists(self.version_paths(document_id, version)[1])
+        """The version's chunk files are complete (its index file, sent last and removed first,
+        is there); with a store, the store says (a copy here may be of a version another
+        machine has removed since)."""
+        index = self.version_paths(document_id, version)[1]
+        if self.store is None:
+            return index.exists()
+        return await self.store.exists(self.key(index))
 
     async def fetch_version(self, document_id: str, version: str | None) -> None:
         """The version's chunk files, here; the reader's FileNotFoundError if they are not."""
@@ -214,12 +227,16 @@ class DataFiles:
         if previous_only or only_version:
             doomed = [sections]
             if previous not in (None, version):
-                doomed += self.version_paths(document_id, previous)
+                doomed += reversed(self.version_paths(document_id, previous))  # .idx first
             await self.remove(*doomed)
             return
         keep = {p.name for p in self.version_paths(document_id, version)}
         names = await self.document_files(document_id)
-        await self.remove(*(self.chunks_dir / n for n in names if n not in keep))
+        # Each version's .idx before its .jsonl: a version is never seen complete without data.
+        doomed_names = sorted(
+            (n for n in names if n not in keep), key=lambda n: not n.endswith(".idx")
+        )
+        await self.remove(*(self.chunks_dir / n for n in doomed_names))
 
     async def discard(self, document_id: str, version: str, live: str | None) -> None:
         """An unpublished version's chunk and section files (never the live version's)."""
@@ -227,7 +244,7 @@ class DataFiles:
         if live == version:
             await self.remove(sections)
             return
-        await self.remove(*self.version_paths(document_id, version), sections)
+        await self.remove(*reversed(self.version_paths(document_id, version)), sections)
 
     async def delete_document(self, document_id: str) -> None:
         """Every version's files of a deleted document."""

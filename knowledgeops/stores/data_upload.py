@@ -60,7 +60,10 @@ async def upload_data_folder(
         )
     report = UploadReport()
     with_rows = await versions.documents()
-    for path in local_files(files.data_dir):
+    # Chunk offset indexes last: in the store an .idx says its version is complete, so an
+    # interrupted run must not leave one without its data.
+    in_order = sorted(local_files(files.data_dir), key=lambda p: p.suffix == ".idx")
+    for path in in_order:
         if path.name.endswith(chunk_store.LIVE_SUFFIX) and path.parent == files.chunks_dir:
             document = path.name.removesuffix(chunk_store.LIVE_SUFFIX)
             if document not in with_rows:  # a row wins over the file (live_versions.py)

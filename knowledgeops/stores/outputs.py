@@ -103,5 +103,6 @@ def remove_local_folder(folder: Path) -> int:
     if not folder.is_dir():
         return 0
     removed = sum(1 for p in folder.iterdir() if p.is_file())
-    shutil.rmtree(folder)
+    with contextlib.suppress(FileNotFoundError):  # removed meanwhile (a second discard)
+        shutil.rmtree(folder)
     return removed
