@@ -26,16 +26,8 @@ QUERY = "Paragraph 7 of the generated corpus"
 
 
 def with_s3(settings: Settings, server: S3Server, **overrides: object) -> Settings:
-    return settings.model_copy(
-        update={
-            "backup_url": server.url,
-            "aws_endpoint_url": server.endpoint,
-            "aws_access_key_id": server.key,
-            "aws_secret_access_key": server.secret,
-            "aws_region": server.region,
-            **overrides,
-        }
-    )
+    """Backups exported to the server; the files stay in the data folder (no STORAGE_URL)."""
+    return server.settings(settings, storage_url="", backup_url=server.url, **overrides)
 
 
 async def exports(store: Store) -> list[str]:
