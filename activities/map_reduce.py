@@ -23,22 +23,13 @@ from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
 from knowledgeops.embedding import token_upper_bound
-from knowledgeops.storage.store import Store, StoredObjectMissing
+from knowledgeops.storage.store import Store
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.data_files import DataFiles
 from knowledgeops.stores.live_versions import LiveVersions
-from knowledgeops.stores.outputs import (
-    OutputStore,
-    check_task_id,
-    discard_folder,
-    read_local,
-    remove_local_folder,
-)
+from knowledgeops.stores.outputs import LEGACY_WORK, OutputStore, WorkFiles, check_task_id
 
 P = TypeVar("P", bound=BaseModel)
-# Where earlier versions kept the partial results, under the data folder's outputs/: a name
-# starting with "." is no store key, so the folder moved to outputs/work/.
-LEGACY_WORK = ".work"
 
 
 class Partial(BaseModel):
@@ -54,36 +45,33 @@ class WorkDir:
         flight during an upgrade has its earlier partial results."""
         # Checked before it names a key or a folder: a task id has no path separator.
         check_task_id(task_id)
-        self.storage = storage
-        self.prefix = f"outputs/work/{task_id}"
-        self.legacy = outputs_dir / LEGACY_WORK / task_id
-
-    def key(self, i: int) -> str:
-        return f"{self.prefix}/group-{i}.json"
+        self.files = WorkFiles(
+            storage, f"outputs/work/{task_id}", outputs_dir / LEGACY_WORK / task_id
+        )
 
     async def load(self, i: int) -> Partial | None:
-        key = self.key(i)
-        raw: bytes | None
-        try:
-            raw = await self.storage.get(key)
-        except StoredObjectMissing:
-            raw = await asyncio.to_thread(read_local, self.legacy / f"group-{i}.json")
+        raw = await self.files.load(_group(i))
         if raw is None:
             return None
         try:
             return Partial.model_validate_json(raw)
         except ValidationError:
             activity.logger.warning(
-                "ignoring unreadable partial result %s in %s", key, self.storage.describe()
+                "ignoring unreadable partial result %s in %s",
+                self.files.key(_group(i)),
+                self.files.store.describe(),
             )
             return None
 
     async def save(self, i: int, partial: Partial) -> None:
-        await self.storage.put(self.key(i), partial.model_dump_json().encode())
+        await self.files.save(_group(i), partial.model_dump_json().encode())
 
     async def discard(self) -> int:
-        removed = await discard_folder(self.storage, self.prefix)
-        return removed + await asyncio.to_thread(remove_local_folder, self.legacy)
+        return await self.files.discard()
+
+
+def _group(i: int) -> str:
+    return f"group-{i}.json"
 
 
 async def read_chunks(files: DataFiles, document_id: str, version: str | None) -> ChunkReader:

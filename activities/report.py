@@ -77,13 +77,13 @@ class ReportActivities:
                 top_failures=req.top_failures,
             )
             raw = data.model_dump_json(indent=2).encode()
-            await self.files.save_work(req.report_id, DATA_FILE, raw)
+            await self.files.work(req.report_id).save(DATA_FILE, raw)
         return CollectResult(report_id=req.report_id, events=tally.events, headline=data.headline)
 
     @activity.defn(name=RENDER_REPORT.name)
     async def render_report(self, req: RenderRequest) -> RenderResult:
         report_id = req.report_id
-        raw = await self.files.load_work(report_id, DATA_FILE)
+        raw = await self.files.work(report_id).load(DATA_FILE)
         if raw is None:
             if await self.files.sizes(report_id) is not None:
                 # Published by an attempt whose completion never reached the server.
@@ -91,7 +91,7 @@ class ReportActivities:
             raise bad_input(
                 "ReportDataMissing",
                 f"the collected figures of report {report_id} are gone "
-                f"({self.files.work_prefix(report_id)}/{DATA_FILE} in "
+                f"({self.files.work(report_id).key(DATA_FILE)} in "
                 f"{self.files.store.describe()}); start the report again",
             )
         data = ReportData.model_validate_json(raw)
@@ -111,7 +111,7 @@ class ReportActivities:
             page = await asyncio.to_thread(render_html, data, charts)
             # The published JSON is the collected data as stored, byte for byte.
             await self.files.publish(report_id, page.encode(), raw)
-            await self.files.discard_work(report_id)
+            await self.files.work(report_id).discard()
         return await self._result(report_id, page)
 
     async def _chart(
@@ -120,14 +120,14 @@ class ReportActivities:
         """A chart's SVG (None: nothing to show), drawn now or, on a retry, read back."""
         svg_file, none_file = f"{name}.svg", f"{name}.none"
         if reuse:
-            stored = await self.files.load_work(report_id, svg_file)
+            stored = await self.files.work(report_id).load(svg_file)
             if stored is not None:
                 return stored.decode("utf-8")
-            if await self.files.load_work(report_id, none_file) is not None:
+            if await self.files.work(report_id).load(none_file) is not None:
                 return None
         # In a thread: drawing is CPU work that would stall heartbeats and polls.
         svg = await asyncio.to_thread(_draw, draw, data)
-        await self.files.save_work(report_id, svg_file if svg else none_file, (svg or "").encode())
+        await self.files.work(report_id).save(svg_file if svg else none_file, (svg or "").encode())
         return svg
 
     async def _result(self, report_id: str, page: str | None = None) -> RenderResult:
@@ -153,7 +153,7 @@ class ReportActivities:
     @activity.defn(name=DISCARD_REPORT_WORK.name)
     async def discard_report_work(self, req: RenderRequest) -> int:
         """Remove a failed or cancelled report's working files (a published report stays)."""
-        return await self.files.discard_work(req.report_id)
+        return await self.files.work(req.report_id).discard()
 
 
 def _draw(draw: Draw, data: ReportData) -> str | None:

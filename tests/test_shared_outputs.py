@@ -197,7 +197,7 @@ async def test_outputs_and_report_files_on_the_store(s3: S3Server, tmp_path: Pat
         "since": "2025-03-02T10:00:00Z",
         "until": "2025-03-03T10:00:00Z",
     }
-    await reports.save_work("rep-1", "data.json", b"{}")
+    await reports.work("rep-1").save("data.json", b"{}")
     with pytest.raises(ReportNotFoundError):
         await reports.read("rep-1", "html")
     await reports.publish("rep-1", b"<html></html>", json.dumps(meta).encode())
@@ -211,10 +211,10 @@ async def test_outputs_and_report_files_on_the_store(s3: S3Server, tmp_path: Pat
     legacy = tmp_path / "data" / "reports" / ".work" / "rep-2"
     legacy.mkdir(parents=True)
     (legacy / "data.json").write_bytes(b'{"legacy": 1}')
-    assert await reports.load_work("rep-2", "data.json") == b'{"legacy": 1}'
-    assert await reports.load_work("rep-2", "tasks.svg") is None
-    assert await reports.discard_work("rep-2") == 1 and not legacy.exists()
-    assert await reports.discard_work("rep-1") == 1
+    assert await reports.work("rep-2").load("data.json") == b'{"legacy": 1}'
+    assert await reports.work("rep-2").load("tasks.svg") is None
+    assert await reports.work("rep-2").discard() == 1 and not legacy.exists()
+    assert await reports.work("rep-1").discard() == 1
     assert s3.keys("reports") == [
         "reports/rep-1.html",
         "reports/rep-1.json",

@@ -147,9 +147,14 @@ def only_version(chunks_dir: Path, document_id: str, version: str, live: str | N
     only be this version's."""
     if live not in (None, version):
         return False
-    mine = {p.name for p in (*_paths(chunks_dir, document_id, version),)}
-    mine.add(sections_file(chunks_dir, document_id, version).name)
+    mine = version_file_names(document_id, version)
     return all(p.name in mine for p in _version_files(chunks_dir, document_id) if p.exists())
+
+
+def version_file_names(document_id: str, version: str) -> set[str]:
+    """The names of a version's files: chunks, offset index, parsed text."""
+    names = {p.name for p in _paths(Path(), document_id, version)}
+    return names | {sections_file(Path(), document_id, version).name}
 
 
 def discard(chunks_dir: Path, document_id: str, version: str, live: str | None) -> None:

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from knowledgeops.settings import Settings
@@ -118,11 +118,11 @@ class DataFiles:
         return [p for p, ok in zip(paths, found, strict=True) if not ok]
 
     async def send(self, *paths: Path) -> None:
-        """Copy complete files into the store, in order (a reader that sees the last one may
-        count on the earlier ones)."""
+        """Copy complete files into the store; chunk offset indexes last (in the store an
+        `.idx` says its version is complete)."""
         if self.store is None:
             return
-        for path in paths:
+        for path in index_files_last(paths):
             await self.store.put_file(self.key(path), path)
 
     async def exists(self, path: Path) -> bool:
@@ -144,8 +144,9 @@ class DataFiles:
                 await asyncio.to_thread(path.unlink, missing_ok=True)
 
     async def remove(self, *paths: Path) -> None:
-        """Here and in the store; missing ones are not an error."""
-        for path in paths:
+        """Here and in the store, chunk offset indexes first (a version is never seen complete
+        without its data); missing ones are not an error."""
+        for path in reversed(index_files_last(paths)):
             await asyncio.to_thread(path.unlink, missing_ok=True)
             if self.store is not None:
                 await self.store.delete(self.key(path))
@@ -183,7 +184,6 @@ class DataFiles:
         await self.fetch_all(self.version_paths(document_id, version))
 
     async def send_version(self, document_id: str, version: str) -> None:
-        # The index file last: `has_version` asks for it.
         await self.send(*self.version_paths(document_id, version))
 
     async def document_files(self, document_id: str) -> list[str]:
@@ -198,8 +198,7 @@ class DataFiles:
         # Inline, as before STORAGE_URL: a scan of one document's names, cheaper than a thread.
         if not chunk_store.only_version(self.chunks_dir, document_id, version, live):
             return False
-        mine = {p.name for p in self.version_paths(document_id, version)}
-        mine.add(chunk_store.sections_file(self.chunks_dir, document_id, version).name)
+        mine = chunk_store.version_file_names(document_id, version)
         return all(name in mine for name in await self.document_files(document_id))
 
     async def remove_other_versions(
@@ -227,24 +226,18 @@ class DataFiles:
         if previous_only or only_version:
             doomed = [sections]
             if previous not in (None, version):
-                doomed += reversed(self.version_paths(document_id, previous))  # .idx first
+                doomed += self.version_paths(document_id, previous)
             await self.remove(*doomed)
             return
         keep = {p.name for p in self.version_paths(document_id, version)}
         names = await self.document_files(document_id)
-        # Each version's .idx before its .jsonl: a version is never seen complete without data.
-        doomed_names = sorted(
-            (n for n in names if n not in keep), key=lambda n: not n.endswith(".idx")
-        )
-        await self.remove(*(self.chunks_dir / n for n in doomed_names))
+        await self.remove(*(self.chunks_dir / n for n in names if n not in keep))
 
     async def discard(self, document_id: str, version: str, live: str | None) -> None:
         """An unpublished version's chunk and section files (never the live version's)."""
         sections = chunk_store.sections_file(self.chunks_dir, document_id, version)
-        if live == version:
-            await self.remove(sections)
-            return
-        await self.remove(*reversed(self.version_paths(document_id, version)), sections)
+        chunks = () if live == version else self.version_paths(document_id, version)
+        await self.remove(*chunks, sections)
 
     async def delete_document(self, document_id: str) -> None:
         """Every version's files of a deleted document."""
@@ -268,27 +261,33 @@ def _remove_if_idle(path: Path, older_than: float) -> bool:
     return True
 
 
+def index_files_last(paths: Iterable[Path]) -> list[Path]:
+    return sorted(paths, key=lambda p: p.suffix == ".idx")
+
+
+def complete_files(data_dir: Path, folders: Iterable[str]) -> Iterator[Path]:
+    """The files under the data folder's `folders`, without temporary ones (names starting
+    with ".", which include earlier versions' work folders, and writers' `.tmp-<pid>` files)."""
+    for name in folders:
+        for folder, dirs, names in os.walk(data_dir / name):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for file in sorted(names):
+                if not file.startswith(".") and ".tmp-" not in file:
+                    yield Path(folder, file)
+
+
 def _idle_copies(data_dir: Path, older_than: float) -> list[tuple[Path, int]]:
     """Files of the working copy last written (or fetched) more than `older_than` seconds ago,
-    with their sizes; never temporary files nor an earlier installation's `.live` pointers
-    (which are only ever read here)."""
+    with their sizes; never an earlier installation's `.live` pointers (only ever read here)."""
     cutoff = time.time() - older_than
     found = []
-    for name in _COPIED:
-        for folder, dirs, names in os.walk(data_dir / name):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            for file in names:
-                if (
-                    file.startswith(".")
-                    or ".tmp-" in file
-                    or file.endswith(chunk_store.LIVE_SUFFIX)
-                ):
-                    continue
-                path = Path(folder, file)
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    continue  # removed meanwhile
-                if st.st_mtime < cutoff:
-                    found.append((path, st.st_size))
+    for path in complete_files(data_dir, _COPIED):
+        if path.name.endswith(chunk_store.LIVE_SUFFIX):
+            continue
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        if st.st_mtime < cutoff:
+            found.append((path, st.st_size))
     return found

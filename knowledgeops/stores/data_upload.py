@@ -11,14 +11,12 @@ pointer files into rows of the app database, which every machine reads.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from knowledgeops.storage.store import check_key
 from knowledgeops.stores import chunk_store
-from knowledgeops.stores.data_files import DataFiles
+from knowledgeops.stores.data_files import DataFiles, complete_files, index_files_last
 from knowledgeops.stores.live_versions import LiveVersions
 
 # The data folder's folders whose files the code reads through the store.
@@ -32,17 +30,6 @@ class UploadReport:
     present: int = 0  # in the store already, same size
     pointers: int = 0  # `.live` files moved into the database
     skipped: list[str] = field(default_factory=list)  # not files the code reads by key
-
-
-def local_files(data_dir: Path) -> Iterator[Path]:
-    """The files of the shared folders, without temporary ones (names starting with ".",
-    work folders of earlier versions, `.tmp-<pid>` files of writers)."""
-    for name in SHARED_FOLDERS:
-        for folder, dirs, names in os.walk(data_dir / name):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for file in sorted(names):
-                if not file.startswith(".") and ".tmp-" not in file:
-                    yield Path(folder, file)
 
 
 async def upload_data_folder(
@@ -60,10 +47,9 @@ async def upload_data_folder(
         )
     report = UploadReport()
     with_rows = await versions.documents()
-    # Chunk offset indexes last: in the store an .idx says its version is complete, so an
-    # interrupted run must not leave one without its data.
-    in_order = sorted(local_files(files.data_dir), key=lambda p: p.suffix == ".idx")
-    for path in in_order:
+    # Chunk offset indexes last, as `DataFiles.send`: an interrupted run must not leave one
+    # without its data.
+    for path in index_files_last(complete_files(files.data_dir, SHARED_FOLDERS)):
         if path.name.endswith(chunk_store.LIVE_SUFFIX) and path.parent == files.chunks_dir:
             document = path.name.removesuffix(chunk_store.LIVE_SUFFIX)
             if document not in with_rows:  # a row wins over the file (live_versions.py)

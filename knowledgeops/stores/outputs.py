@@ -72,33 +72,61 @@ class OutputStore:
         return existed
 
 
-async def discard_folder(store: Store, prefix: str) -> int:
-    """Remove every object under `prefix` (a task's working files); returns how many.
-
-    LocalStore leaves emptied folders behind (a concurrent put may be creating one); nothing
-    writes into a discarded task's folder any more, so it goes too, as it did before the store,
-    and the data folder does not fill up with one empty folder per task."""
-    removed = await store.delete_prefix(prefix)
-    if isinstance(store, LocalStore):
-        folder = store.root.joinpath(*check_prefix(prefix).split("/"))
-        # Not empty (a late write of a zombie attempt) or already gone: nothing to tidy.
-        with contextlib.suppress(OSError):
-            await asyncio.to_thread(folder.rmdir)
-    return removed
+# Where earlier versions kept a task's working files, in the data folder: a name starting with
+# "." is no store key, so they moved to a `work/` folder.
+LEGACY_WORK = ".work"
 
 
-# Working files where earlier versions kept them, in the data folder (names starting with "."
-# are no store keys): read while a task begun before an upgrade finishes, removed with it.
+class WorkFiles:
+    """A task's working files (map-reduce partial results, a report's data and charts), under
+    `prefix` in the store, while the task runs; and, for a task begun before an upgrade, its
+    earlier files in `legacy` (a data-folder path), read while it finishes, removed with it."""
+
+    def __init__(self, store: Store, prefix: str, legacy: Path | None) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.legacy = legacy
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    async def save(self, name: str, data: bytes) -> None:
+        await self.store.put(self.key(name), data)
+
+    async def load(self, name: str) -> bytes | None:
+        """The file from the store, else from where an earlier version kept it; None if it is
+        in neither."""
+        try:
+            return await self.store.get(self.key(name))
+        except StoredObjectMissing:
+            if self.legacy is None:
+                return None
+        return await asyncio.to_thread(_read_local, self.legacy / name)
+
+    async def discard(self) -> int:
+        """Remove every working file; returns how many there were."""
+        removed = await self.store.delete_prefix(self.prefix)
+        if isinstance(self.store, LocalStore):
+            # LocalStore leaves emptied folders (a concurrent put may be creating one); nothing
+            # writes into a discarded task's folder any more, so it goes too, as it did before
+            # the store: the data folder does not fill up with one empty folder per task. Not
+            # empty (a late write of a zombie attempt) or already gone: nothing to tidy.
+            folder = self.store.root.joinpath(*check_prefix(self.prefix).split("/"))
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(folder.rmdir)
+        if self.legacy is not None:
+            removed += await asyncio.to_thread(_remove_local_folder, self.legacy)
+        return removed
 
 
-def read_local(path: Path) -> bytes | None:
+def _read_local(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
     except FileNotFoundError:
         return None
 
 
-def remove_local_folder(folder: Path) -> int:
+def _remove_local_folder(folder: Path) -> int:
     """Remove the folder; returns how many files it held."""
     if not folder.is_dir():
         return 0

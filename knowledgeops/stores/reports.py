@@ -29,7 +29,7 @@ from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.events import EventRow
-from knowledgeops.stores.outputs import discard_folder, read_local, remove_local_folder
+from knowledgeops.stores.outputs import LEGACY_WORK, WorkFiles
 
 if TYPE_CHECKING:
     from knowledgeops.stores.database import Database
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 _ID = re.compile(REPORT_ID_PATTERN)
 PAGE = 2000
 PREFIX = "reports"
-# Where earlier versions kept a report's working files, under the data folder's reports/: a
-# name starting with "." is no store key, so the folder moved to reports/work/.
-LEGACY_WORK = ".work"
 Kind = Literal["html", "json"]
 
 
@@ -70,7 +67,7 @@ class ReportFiles:
         """`reports_dir`: the data folder's reports/ (settings.reports_dir), where a report in
         the making during an upgrade has its earlier working files; None: not looked at."""
         self.store = store
-        self.legacy = reports_dir / LEGACY_WORK if reports_dir is not None else None
+        self.reports_dir = reports_dir
 
     def key(self, report_id: str, kind: Kind) -> str:
         return f"{PREFIX}/{check_id(report_id)}.{kind}"
@@ -144,28 +141,9 @@ class ReportFiles:
 
     # A report's working files, while it is made (named by the activity: data.json, charts).
 
-    def work_prefix(self, report_id: str) -> str:
-        return f"{PREFIX}/work/{check_id(report_id)}"
-
-    async def save_work(self, report_id: str, name: str, data: bytes) -> None:
-        await self.store.put(f"{self.work_prefix(report_id)}/{name}", data)
-
-    async def load_work(self, report_id: str, name: str) -> bytes | None:
-        """A working file (from the store, else from where an earlier version kept it); None
-        if it is in neither."""
-        try:
-            return await self.store.get(f"{self.work_prefix(report_id)}/{name}")
-        except StoredObjectMissing:
-            if self.legacy is None:
-                return None
-        return await asyncio.to_thread(read_local, self.legacy / report_id / name)
-
-    async def discard_work(self, report_id: str) -> int:
-        """Remove a report's working files; returns how many there were."""
-        removed = await discard_folder(self.store, self.work_prefix(report_id))
-        if self.legacy is not None:
-            removed += await asyncio.to_thread(remove_local_folder, self.legacy / report_id)
-        return removed
+    def work(self, report_id: str) -> WorkFiles:
+        legacy = self.reports_dir / LEGACY_WORK / report_id if self.reports_dir else None
+        return WorkFiles(self.store, f"{PREFIX}/work/{check_id(report_id)}", legacy)
 
 
 # -- database reads ------------------------------------------------------------------------------
