@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from knowledgeops.chat import TokenUsage
+from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.base import ActivityRef, Checkpoint
 from knowledgeops.contracts.document_import import DOCUMENT_ID_PATTERN
 
