@@ -3,7 +3,7 @@ and shuts down cleanly on SIGINT / SIGTERM.
 
 Run with `python worker.py` or `knowledgeops worker [--pool NAME ...]`. A worker runs every
 pool of work unless told otherwise (`--pool`, WORKER_POOLS; the pools are declared in the
-registry, knowledgeops/task_types.py POOLS). With the embedded Qdrant (no QDRANT_URL) the
+registry, knowledgeops/registry/task_types.py POOLS). With the embedded Qdrant (no QDRANT_URL) the
 process of the pools that open the index owns it, so it also serves the HTTP API (`--no-api`
 to skip): embedded Qdrant admits one process per folder; a parse-pool worker opens no index and
 runs beside it. With QDRANT_URL set, any number of workers and API processes run side by side.
@@ -27,13 +27,7 @@ from knowledgeops import metrics, tracing
 from knowledgeops.backup_export import backup_store
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.operator_actions import OperatorActions
-from knowledgeops.resources import Resources, open_resources
-from knowledgeops.schedules import ensure_schedules
-from knowledgeops.setting_values import parse_pools
-from knowledgeops.settings import Settings, SettingsError
-from knowledgeops.settings_loading import load_settings
-from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
-from knowledgeops.task_types import (
+from knowledgeops.registry.task_types import (
     COMMON_ACTIVITY_CLASSES,
     POOLS,
     REGISTRY,
@@ -42,6 +36,12 @@ from knowledgeops.task_types import (
     load,
     pool_queues,
 )
+from knowledgeops.resources import Resources, open_resources
+from knowledgeops.schedules import ensure_schedules
+from knowledgeops.setting_values import parse_pools
+from knowledgeops.settings import Settings, SettingsError
+from knowledgeops.settings_loading import load_settings
+from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.http.serve import ApiServer
 from starter.processes import configure_logging, run_until_stopped, until_signal

@@ -35,10 +35,10 @@ from typing import Any
 from sqlalchemy import select, text
 
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.registry.task_types import TaskType
 from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.task_list import TABLE, ListKey, key_of
-from knowledgeops.task_types import TaskType
 from starter.task_listing import summary_of
 from starter.task_queries import TaskPage
 

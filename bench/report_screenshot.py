@@ -24,8 +24,8 @@ from pathlib import Path
 
 from bench.common import ROOT, bench_settings, temporal_server, worker_process, write_corpus
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.registry.task_types import TaskType
 from knowledgeops.stores.database import Database
-from knowledgeops.task_types import TaskType
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService
 from starter.service import TaskQueueService

@@ -20,10 +20,10 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import OnWait
 from knowledgeops.errors import validation_text
 from knowledgeops.index.points import Scope as IndexScope
+from knowledgeops.registry.task_types import REGISTRY, TaskQueue, TaskType
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import ChunkReader
-from knowledgeops.task_types import REGISTRY, TaskQueue, TaskType
 
 MAX_HITS = 20
 MAX_READ_CHUNKS = 20

@@ -16,8 +16,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from knowledgeops.contracts.document_import import DocumentImportPayload
+from knowledgeops.registry.task_types import REGISTRY, TaskType
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import REGISTRY, TaskType
 
 # Histories read at once (one page of one event each).
 INPUT_READS = 16

@@ -27,10 +27,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
 from knowledgeops.settings import Settings
 from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.database import Database
-from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
 from knowledgeops.temporal import OUR_IDENTITY
 
 log = logging.getLogger(__name__)

@@ -24,14 +24,14 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from knowledgeops.settings import Settings
-from knowledgeops.task_types import (
+from knowledgeops.registry.task_types import (
     REGISTRY,
     TaskSpec,
     TaskType,
     spec_for,
     task_search_attributes,
 )
+from knowledgeops.settings import Settings
 
 
 class ScheduleInfo(BaseModel):

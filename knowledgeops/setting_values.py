@@ -9,7 +9,7 @@ import binascii
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from knowledgeops.task_spec import Pool
+from knowledgeops.registry.spec import Pool
 
 NO_WEBHOOK_SECRET = (
     "WEBHOOK_SECRET is empty but WEBHOOK_URLS is set: webhooks are always signed. Set "

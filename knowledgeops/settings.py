@@ -109,7 +109,8 @@ class Settings(BaseSettings):
     # waits for a bulk import's activity to finish before it even starts (fair scheduling).
     worker_max_activities: int = Field(default=32, ge=1, le=1000, alias="WORKER_MAX_ACTIVITIES")
     # The pools a worker process runs (comma-separated; empty: every pool): parse, ingest, ai,
-    # maintenance (knowledgeops/task_types.py POOLS). `knowledgeops worker --pool` overrides.
+    # maintenance (knowledgeops/registry/task_types.py POOLS). `knowledgeops worker --pool`
+    # overrides.
     worker_pools: str = Field(default="", alias="WORKER_POOLS")
     # On SIGTERM a worker stops taking work and gives running activities this long to finish;
     # then they are cancelled, keep their last heartbeat's checkpoint, and are retried at once

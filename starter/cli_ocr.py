@@ -9,11 +9,11 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowledgeops.registry.task_types import TaskType
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.data_files import open_storage
 from knowledgeops.stores.ocr_results import OcrResults
-from knowledgeops.task_types import TaskType
 from starter.cli_common import actor, follow_and_report
 
 if TYPE_CHECKING:

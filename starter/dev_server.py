@@ -23,7 +23,7 @@ from typing import IO
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from knowledgeops.task_types import SEARCH_ATTRIBUTES
+from knowledgeops.registry.task_types import SEARCH_ATTRIBUTES
 
 DYNAMIC_CONFIG = {
     "history.transferProcessorMaxPollRPS": "1000",

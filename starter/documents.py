@@ -22,13 +22,13 @@ from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
 from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions
-from knowledgeops.task_types import EXPRESS_PRIORITY, TaskType
 from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.document_chunks import ChunkPage

@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import activity
 
-from knowledgeops.task_types import REGISTRY
+from knowledgeops.registry.task_types import REGISTRY
 
 _TASK_TYPES = {spec.workflow_name: spec.task_type.value for spec in REGISTRY.values()}
 

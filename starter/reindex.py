@@ -4,7 +4,7 @@ CLI (`knowledgeops reindex`) and the admin API (POST /v1/admin/reindex)."""
 from __future__ import annotations
 
 from knowledgeops.contracts.indexing import IndexingUpsertPayload, ReindexOptions
-from knowledgeops.task_types import TaskType
+from knowledgeops.registry.task_types import TaskType
 from starter.service import TaskQueueService
 from starter.task_models import TaskRef
 

@@ -33,10 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.errors import failure_text, validation_text
-from knowledgeops.settings import Settings
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.task_list import ListKey
-from knowledgeops.task_types import (
+from knowledgeops.registry.task_types import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
     TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskSpec,
@@ -44,6 +41,9 @@ from knowledgeops.task_types import (
     spec_for,
     task_search_attributes,
 )
+from knowledgeops.settings import Settings
+from knowledgeops.stores.database import Database
+from knowledgeops.stores.task_list import ListKey
 from starter import task_queries as tq
 from starter.task_listing import list_started, list_tasks
 from starter.task_models import (

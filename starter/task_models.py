@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from knowledgeops.contracts.base import Checkpoint, Progress
-from knowledgeops.task_types import TaskType, spec_for
+from knowledgeops.registry.task_types import TaskType, spec_for
 from starter.task_queries import FINISHED
 
 

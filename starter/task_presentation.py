@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from knowledgeops.task_types import TaskSpec
+from knowledgeops.registry.task_types import TaskSpec
 
 
 def document_id_of(payload: BaseModel) -> str | None:

@@ -25,8 +25,8 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from knowledgeops.contracts.base import BEGAN_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
+from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
 
 # Our status vocabulary ("pending" is Running that no worker picked up yet).
 StatusName = Literal[

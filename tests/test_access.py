@@ -14,12 +14,12 @@ from sqlalchemy.exc import IntegrityError
 from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
 from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
-from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
 from knowledgeops.temporal import connect
 from starter.processes import serve_api_only
 from tests.conftest import API_TOKEN, EXAMPLES, running_api

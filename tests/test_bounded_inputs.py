@@ -21,8 +21,8 @@ from knowledgeops.contracts.document_import import PARSE_DOCUMENT, ChunkingOptio
 from knowledgeops.errors import DocumentError
 from knowledgeops.ingest import parse_runner
 from knowledgeops.ingest.parse_runner import ParserFailedError
+from knowledgeops.registry.task_types import REGISTRY, TaskType
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import REGISTRY, TaskType
 from knowledgeops.temporal import connect
 from tests.conftest import EXAMPLES, running_api
 from tests.helpers import (

@@ -26,13 +26,13 @@ from knowledgeops.contracts.cleanup import (
 )
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.resources import Resources
 from knowledgeops.settings import Settings
 from knowledgeops.stores import backups, file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.events import EventRow
 from knowledgeops.stores.live_versions import LiveVersions
-from knowledgeops.task_types import TaskQueue, TaskType
 from starter.search import search
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import EXAMPLES, Env, running_env

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from knowledgeops.registry.task_types import SEARCH_ATTRIBUTES, Pool
 from knowledgeops.settings import Settings
-from knowledgeops.task_types import SEARCH_ATTRIBUTES, Pool
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

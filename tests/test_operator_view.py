@@ -12,13 +12,13 @@ from typing import Any
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from knowledgeops.contracts.document_import import DocumentMetadata
-from knowledgeops.settings import Settings
-from knowledgeops.task_types import (
+from knowledgeops.registry.task_types import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
     OWNER_SEARCH_ATTRIBUTE,
     TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskType,
 )
+from knowledgeops.settings import Settings
 from starter.dev_server import free_port
 from tests.conftest import (
     EXAMPLES,

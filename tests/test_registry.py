@@ -22,8 +22,7 @@ import activities
 import knowledgeops.contracts
 import workflows
 from knowledgeops.contracts.base import ActivityRef
-from knowledgeops.resources import Resources
-from knowledgeops.task_types import (
+from knowledgeops.registry.task_types import (
     COMMON_ACTIVITIES,
     COMMON_ACTIVITY_CLASSES,
     MAX_HEARTBEAT_TIMEOUT,
@@ -33,6 +32,7 @@ from knowledgeops.task_types import (
     load,
     spec_for,
 )
+from knowledgeops.resources import Resources
 from tests.conftest import ROOT, Env
 from worker import plan_queues
 

@@ -21,13 +21,13 @@ from knowledgeops.contracts.report import (
     RenderRequest,
     ReportGeneratePayload,
 )
+from knowledgeops.registry.task_types import TaskType
 from knowledgeops.reporting import EventTally, build_report, failure_kind, knowledge_base
 from knowledgeops.settings import Settings
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.events import EventRow
-from knowledgeops.task_types import TaskType
 from tests.conftest import EXAMPLES, openai_settings, running_api, running_env
 from tests.fake_openai import FakeOpenAI
 

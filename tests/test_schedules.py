@@ -10,7 +10,7 @@ import sys
 from datetime import datetime
 
 from knowledgeops import schedules
-from knowledgeops.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
+from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from tests.conftest import ROOT, Env, settings_env
 
 

@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from knowledgeops.contracts.base import OWNER_MEMO
     from knowledgeops.errors import failure_text
-    from knowledgeops.task_types import REGISTRY, TaskType
+    from knowledgeops.registry.task_types import REGISTRY, TaskType
 
 # Messages that may wait for their turn; more are refused until a reply comes.
 MAX_WAITING_MESSAGES = 5

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ManifestRequest,
         archive_name,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @workflow.defn(name="BackupExecute")

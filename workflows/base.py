@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         TaskEvent,
     )
     from knowledgeops.errors import failure_text
-    from knowledgeops.task_types import (
+    from knowledgeops.registry.task_types import (
         EXPRESS_PRIORITY,
         REGISTRY,
         TaskType,

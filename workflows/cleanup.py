@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
         KindTotals,
         RemoveOrphansRequest,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @workflow.defn(name="CleanupExecute")

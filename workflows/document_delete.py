@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         RemoveDocumentRequest,
         StopImportRequest,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @workflow.defn(name="DocumentDelete")

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         VersionRequest,
     )
     from knowledgeops.contracts.ocr import OcrPayload, OcrResult
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @dataclass

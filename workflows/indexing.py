@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         IndexingUpsertResult,
         ListDocumentsRequest,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 async def _pages(wf: TaskWorkflow[Any, Any], after: str) -> tuple[list[str], int]:

@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ReindexState,
         SwitchRequest,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 # Catch-up rounds before the switch; more than this means imports never pause: switch anyway,
 # the rounds after the switch rebuild what is left.

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
         ReportGeneratePayload,
         ReportResult,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @workflow.defn(name="ReportGenerate")

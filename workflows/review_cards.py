@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         StoreCardsRequest,
         WorkRequest,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @workflow.defn(name="GenerateReviewCards")

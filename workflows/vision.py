@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
         VisionAnalyzePayload,
         VisionResult,
     )
-    from knowledgeops.task_types import TaskType
+    from knowledgeops.registry.task_types import TaskType
 
 
 @workflow.defn(name="VisionAnalyze")

@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.events import EventType, StoredEvent, TaskEvent
+from knowledgeops.registry.task_types import REGISTRY, load
 from knowledgeops.stores.sql import Base, aware
-from knowledgeops.task_types import REGISTRY, load
 
 if TYPE_CHECKING:
     from knowledgeops.stores.database import Database

@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
 from knowledgeops.index.live import index_collections
+from knowledgeops.registry.task_types import TaskType
 from knowledgeops.stores.task_list import ListKey
-from knowledgeops.task_types import TaskType
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep

@@ -1,6 +1,6 @@
 """Task types that use a chat or vision model (each with its local method where one exists).
 
-Entries of the one registry (`knowledgeops.task_types.REGISTRY`); see task_types.py.
+Entries of the one registry (`knowledgeops.registry.task_types.REGISTRY`); see task_types.py.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ from knowledgeops.contracts.vision import (
     VisionAnalyzePayload,
     VisionResult,
 )
-from knowledgeops.task_spec import (
+from knowledgeops.registry.spec import (
     ActivityOptions,
     TaskQueue,
     TaskSpec,
     TaskType,
 )
-from knowledgeops.task_spec import retry as _retry
+from knowledgeops.registry.spec import retry as _retry
 
 SPECS: list[TaskSpec] = [
     TaskSpec(

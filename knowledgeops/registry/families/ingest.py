@@ -1,6 +1,6 @@
 """Task types that make documents searchable: import, OCR, embedding, indexing.
 
-Entries of the one registry (`knowledgeops.task_types.REGISTRY`); see task_types.py.
+Entries of the one registry (`knowledgeops.registry.task_types.REGISTRY`); see task_types.py.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from knowledgeops.contracts.indexing import (
     IndexingUpsertResult,
 )
 from knowledgeops.contracts.ocr import INSPECT_OCR_INPUT, RECOGNIZE_PAGES, OcrPayload, OcrResult
-from knowledgeops.task_spec import (
+from knowledgeops.registry.spec import (
     ActivityOptions,
     TaskQueue,
     TaskSpec,
     TaskType,
 )
-from knowledgeops.task_spec import retry as _retry
+from knowledgeops.registry.spec import retry as _retry
 
 LIST_ACTIVITIES: Mapping[str, ActivityOptions] = {
     LIST_INDEXED_DOCUMENTS.name: ActivityOptions(

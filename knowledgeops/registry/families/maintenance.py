@@ -1,6 +1,6 @@
 """Task types that keep the system: backup, cleanup, reports (on Temporal Schedules).
 
-Entries of the one registry (`knowledgeops.task_types.REGISTRY`); see task_types.py.
+Entries of the one registry (`knowledgeops.registry.task_types.REGISTRY`); see task_types.py.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from knowledgeops.contracts.report import (
     ReportGeneratePayload,
     ReportResult,
 )
-from knowledgeops.task_spec import (
+from knowledgeops.registry.spec import (
     ActivityOptions,
     Scheduled,
     TaskQueue,
     TaskSpec,
     TaskType,
 )
-from knowledgeops.task_spec import retry as _retry
+from knowledgeops.registry.spec import retry as _retry
 
 SPECS: list[TaskSpec] = [
     TaskSpec(

@@ -8,9 +8,9 @@ here, and the event store runs the projections named here; `tests/test_registry.
 the rules (bounded retries, heartbeats on long activities, every implementation registered
 exactly once).
 
-The entries are written in `task_specs/` by family (ingest.py, ai.py, maintenance.py) and
+The entries are written in `families/` by family (ingest.py, ai.py, maintenance.py) and
 assembled here into the one REGISTRY; the shapes they are written in (TaskType, TaskQueue,
-TaskSpec, ActivityOptions) live in `task_spec.py`.
+TaskSpec, ActivityOptions) live in `spec.py`.
 Implementations are named by import path ("module:attribute"), not imported: this module is a
 contract that workflows (sandboxed), starters (which never import activities) and the worker
 all read, so it must not pull in any of them.
@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS
-from knowledgeops.task_spec import (
+from knowledgeops.registry.families import ai, ingest, maintenance
+from knowledgeops.registry.spec import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
     EXPRESS_PRIORITY,
     MAX_HEARTBEAT_TIMEOUT,
@@ -38,8 +39,7 @@ from knowledgeops.task_spec import (
     load,
     task_search_attributes,
 )
-from knowledgeops.task_spec import retry as _retry
-from knowledgeops.task_specs import ai, ingest, maintenance
+from knowledgeops.registry.spec import retry as _retry
 
 __all__ = [
     "DOCUMENT_ID_SEARCH_ATTRIBUTE",
