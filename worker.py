@@ -25,6 +25,9 @@ from temporalio.worker import Worker
 
 from knowledgeops import metrics, tracing
 from knowledgeops.backup_export import backup_store
+from knowledgeops.config.loading import load_settings
+from knowledgeops.config.settings import Settings
+from knowledgeops.config.values import SettingsError, parse_pools
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.registry.task_types import (
@@ -38,9 +41,6 @@ from knowledgeops.registry.task_types import (
 )
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
-from knowledgeops.setting_values import parse_pools
-from knowledgeops.settings import Settings, SettingsError
-from knowledgeops.settings_loading import load_settings
 from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.http.serve import ApiServer

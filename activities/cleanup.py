@@ -35,6 +35,7 @@ from temporalio import activity
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops import cleanup_backups
 from knowledgeops.backup_archive import stored_objects
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import (
     FIND_ORPHANS,
     REMOVE_ORPHANS,
@@ -53,7 +54,6 @@ from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.storage.store import StoredObject
 from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentRow

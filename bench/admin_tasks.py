@@ -34,9 +34,9 @@ from typing import Any
 
 from sqlalchemy import select, text
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.task_list import TABLE, ListKey, key_of
 from starter.task_listing import summary_of

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ from bench.common import (
     write_big_text,
     write_corpus,
 )
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService

@@ -32,6 +32,7 @@ from bench.common import (
     write_big_text,
     write_corpus,
 )
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import (
     ChunkingOptions,
     EmbedCheckpoint,
@@ -44,7 +45,6 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.ingest.indexing import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
-from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.chunk_store import ChunkReader, remove_other_versions, sections_file
 from knowledgeops.stores.database import Database

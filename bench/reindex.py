@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 
 from bench.common import bench_settings, temporal_server, worker_process, write_corpus
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.indexing import ReindexOptions
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService

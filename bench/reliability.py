@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import ROOT, bench_settings, env_for
+from knowledgeops.config.settings import Settings
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port

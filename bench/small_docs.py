@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import bench_settings, running_process
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.temporal import connect
 from starter.dev_server import free_port, port_in_use
 from tests.fake_openai import FakeOpenAI

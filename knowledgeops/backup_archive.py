@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.index.points import StoredPoint
-from knowledgeops.settings import Settings
 from knowledgeops.storage.store import StoredObject
 from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
 from knowledgeops.stores.chunk_store import LIVE_SUFFIX, document_of

@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from knowledgeops.backup_archive import ArchiveError, load_manifest, read_listing
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.backup import ARCHIVE_NAME_PATTERN
-from knowledgeops.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
 from knowledgeops.stores.backups import POOL, pool_dir

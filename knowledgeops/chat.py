@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel, ValidationError
 
 from knowledgeops import metrics
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage as TokenUsage
 from knowledgeops.embedding import OnWait
 from knowledgeops.errors import (
@@ -33,7 +34,6 @@ from knowledgeops.errors import (
     validation_text,
 )
 from knowledgeops.retry_after import retry_after_seconds
-from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
 

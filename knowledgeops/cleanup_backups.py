@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import CleanupItem, OrphanKind
-from knowledgeops.settings import Settings
 from knowledgeops.stores import backups
 
 

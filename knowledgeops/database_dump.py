@@ -13,7 +13,7 @@ from typing import Literal
 
 from sqlalchemy.engine import make_url
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 DatabaseKind = Literal["sqlite", "postgresql"]
 FILE_NAMES: dict[DatabaseKind, str] = {"sqlite": "app.db", "postgresql": "app.pgdump"}

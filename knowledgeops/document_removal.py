@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.index.live import index_collections
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.live_imports import live_import_inputs
-from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentCatalogue

@@ -15,9 +15,9 @@ import asyncio
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.registry.task_types import REGISTRY, TaskType
-from knowledgeops.settings import Settings
 
 # Histories read at once (one page of one event each).
 INPUT_READS = 16

@@ -26,9 +26,9 @@ from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.settings import Settings
 from knowledgeops.stores.audit import audit_row
 from knowledgeops.stores.database import Database
 from knowledgeops.temporal import OUR_IDENTITY

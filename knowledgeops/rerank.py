@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 # Characters of each document sent. Chunks are CHUNK_TOKENS (512) tokens, about 2,000
 # characters of English; many cross-encoders read 512 tokens of query + document and drop

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from knowledgeops.chat import ChatModel, make_chat_model
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.index.live import (
@@ -26,7 +27,6 @@ from knowledgeops.index.opening import open_index_migrating
 from knowledgeops.index.points import Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.rerank import Reranker, make_reranker
-from knowledgeops.settings import Settings
 from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database

@@ -24,6 +24,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import (
     REGISTRY,
     TaskSpec,
@@ -31,7 +32,6 @@ from knowledgeops.registry.task_types import (
     spec_for,
     task_search_attributes,
 )
-from knowledgeops.settings import Settings
 
 
 class ScheduleInfo(BaseModel):

@@ -16,8 +16,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import SEARCH_ATTRIBUTES
-from knowledgeops.settings import Settings
 from knowledgeops.tracing import temporal_plugins
 
 # For clients that answer people (the HTTP API): give up on an unreachable server after about

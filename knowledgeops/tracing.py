@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 
 def temporal_plugins(settings: Settings, service: str) -> list[Any]:

@@ -15,8 +15,8 @@ import time
 from temporalio.client import Client
 
 from knowledgeops import metrics
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
-from knowledgeops.settings import Settings
 
 # Memo key of an import: the size of its stored file.
 FILE_BYTES_MEMO = "file_bytes"

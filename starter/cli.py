@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowledgeops.config.loading import load_settings
+from knowledgeops.config.settings import Settings
+from knowledgeops.config.values import SettingsError
 from knowledgeops.registry.task_types import TaskType, spec_for
-from knowledgeops.settings import Settings, SettingsError
-from knowledgeops.settings_loading import load_settings
 from starter.cli_common import actor, follow_and_report, print_status, task_service
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.review_cards import ReviewCards
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 if TYPE_CHECKING:
     from starter.service import TaskQueueService

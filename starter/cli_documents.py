@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
-from knowledgeops.settings import Settings
 from starter.cli_common import (
     actor,
     follow_and_report,

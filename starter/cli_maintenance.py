@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.settings import Settings
 from starter.cli_common import actor, follow_and_report, task_service
 
 if TYPE_CHECKING:

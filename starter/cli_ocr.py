@@ -9,8 +9,8 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.data_files import open_storage
 from knowledgeops.stores.ocr_results import OcrResults

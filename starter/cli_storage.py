@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 
 def add_parser(sub: Any) -> None:

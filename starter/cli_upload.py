@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
-from knowledgeops.settings import Settings
 from starter.document_models import ImportRef
 
 UPLOADS_AT_ONCE = 8

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_delete import DELETING, DocumentDeletePayload
 from knowledgeops.contracts.document_import import (
     ChunkingOptions,
@@ -23,7 +24,6 @@ from knowledgeops.formats import detect_format
 from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
-from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.stores.data_files import DataFiles, open_storage

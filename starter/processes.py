@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.resources import open_resources
-from knowledgeops.settings import Settings
 from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use

@@ -30,6 +30,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.errors import failure_text, validation_text
@@ -41,7 +42,6 @@ from knowledgeops.registry.task_types import (
     spec_for,
     task_search_attributes,
 )
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.task_list import ListKey
 from starter import task_queries as tq

@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.task_list import OPEN_STATUSES, ListKey, TaskListEntry, key_of
 from starter.task_models import TaskRef

@@ -23,10 +23,10 @@ from temporalio.api.taskqueue.v1 import TaskQueue as TaskQueueProto
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.base import BEGAN_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskQueue, TaskType
-from knowledgeops.settings import Settings
 
 # Our status vocabulary ("pending" is Running that no worker picked up yet).
 StatusName = Literal[

@@ -26,8 +26,8 @@ from typing import Literal
 import httpx
 from standardwebhooks import Webhook
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import StoredEvent
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 
 log = logging.getLogger(__name__)

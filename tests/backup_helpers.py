@@ -8,7 +8,7 @@ import sys
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import ROOT, Env, fresh_database, settings_env
 
 WAIT = 90.0

@@ -21,11 +21,11 @@ from pydantic_settings import BaseSettings
 from temporalio.client import Client
 
 from knowledgeops.chat import make_chat_model
+from knowledgeops.config.settings import Settings
 from knowledgeops.embedding import Embedder, make_embedder
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.stores.chunk_store import ChunkReader
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 RCLONE = Path(sys.executable).parent / "rclone"
 START_DEADLINE = 15.0

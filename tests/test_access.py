@@ -14,8 +14,8 @@ from sqlalchemy.exc import IntegrityError
 from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentCatalogue

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
-from knowledgeops.settings import Settings
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.outputs import OutputStore

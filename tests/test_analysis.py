@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from knowledgeops.chat import STRUCTURED_ATTEMPTS
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.settings import Settings
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.outputs import OutputStore
 from starter.task_models import PayloadInvalidError, TaskStatus

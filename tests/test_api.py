@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import EXAMPLES, openai_settings, running_api
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import eventually, heavy_markdown, numbered_paragraphs, upload

@@ -3,7 +3,7 @@ is over INGEST_BACKLOG_MAX_BYTES, uploads answer 429 with Retry-After and store 
 
 from __future__ import annotations
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import EXAMPLES, running_api
 from tests.helpers import eventually, upload
 

@@ -22,11 +22,11 @@ from knowledgeops.backup_archive import (
     verify,
     write_points,
 )
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.backup import BackupStageRequest, FilesCheckpoint
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.stores import file_store
 from knowledgeops.stores.backups import MANIFEST, list_archives, listed_blobs, pool_dir
 from knowledgeops.stores.embedding_cache import cache_collection

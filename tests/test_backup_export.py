@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 
 from knowledgeops.backup_export import export_key
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
 from starter.search import search

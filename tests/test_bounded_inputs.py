@@ -17,12 +17,12 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import PARSE_DOCUMENT, ChunkingOptions
 from knowledgeops.errors import DocumentError
 from knowledgeops.ingest import parse_runner
 from knowledgeops.ingest.parse_runner import ParserFailedError
 from knowledgeops.registry.task_types import REGISTRY, TaskType
-from knowledgeops.settings import Settings
 from knowledgeops.temporal import connect
 from tests.conftest import EXAMPLES, running_api
 from tests.helpers import (

@@ -18,8 +18,8 @@ from knowledgeops.chat import (
     image_part,
     make_chat_model,
 )
+from knowledgeops.config.settings import Settings
 from knowledgeops.errors import ChatAnswerInvalidError, ChatRejectedError, ChatUnavailableError
-from knowledgeops.settings import Settings
 from tests.conftest import HermeticSettings, chat_settings
 from tests.fake_openai import ChatAnswer, ChatFault, FakeOpenAI, last_user_text
 

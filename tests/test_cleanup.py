@@ -18,6 +18,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.cleanup import CleanupActivities
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import (
     CleanupPlan,
     KindTotals,
@@ -28,7 +29,6 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.stores import backups, file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.events import EventRow

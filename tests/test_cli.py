@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from starter.dev_server import free_port, port_in_use
 from tests.conftest import _OUR_VARS, EXAMPLES, ROOT, running_env, settings_env
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
 from tests.conftest import openai_settings, running_env, start_worker_process, stop_process

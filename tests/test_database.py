@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 
 

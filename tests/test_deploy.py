@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import SEARCH_ATTRIBUTES, Pool
-from knowledgeops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

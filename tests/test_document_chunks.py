@@ -14,7 +14,7 @@ from typing import Any
 from fpdf import FPDF
 from temporalio.client import Client, WorkflowFailureError
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.stores.chunk_store import ChunkReader
 from knowledgeops.temporal import connect
 from tests.conftest import API_TOKEN, ROOT, Api, running_api, settings_env

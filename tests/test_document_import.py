@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.settings import Settings
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from starter.search import search
 from starter.task_models import TaskStatus

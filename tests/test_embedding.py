@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.embedding import (
     OPENAI_MAX_INPUTS,
     OPENAI_MAX_TOKENS,
@@ -20,7 +21,6 @@ from knowledgeops.embedding import (
     split_evenly,
 )
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
-from knowledgeops.settings import Settings
 from tests.conftest import openai_settings
 from tests.fake_openai import FakeOpenAI, Fault
 

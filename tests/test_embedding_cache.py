@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import openai_settings, running_env
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs

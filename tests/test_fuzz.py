@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, strategies
 from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import ADMIN_TOKEN, running_api
 from tests.helpers import app_routes
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from qdrant_client.http import models
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.index.live import LIVE_ALIAS
 from knowledgeops.index.opening import IndexMigrationNeededError, open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.settings import Settings
 from tests.conftest import (
     EXAMPLES,
     ROOT,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.settings import Settings
 from tests.conftest import Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs

@@ -8,9 +8,9 @@ import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
 from knowledgeops.operator_actions import OperatorActions
-from knowledgeops.settings import Settings
 from starter.dev_server import temporal_binary
 from tests.conftest import Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI

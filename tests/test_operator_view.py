@@ -11,6 +11,7 @@ from typing import Any
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.registry.task_types import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
@@ -18,7 +19,6 @@ from knowledgeops.registry.task_types import (
     TASK_TYPE_SEARCH_ATTRIBUTE,
     TaskType,
 )
-from knowledgeops.settings import Settings
 from starter.dev_server import free_port
 from tests.conftest import (
     EXAMPLES,

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.indexing import ReindexOptions
 from knowledgeops.index.live import index_collections, live_index
 from knowledgeops.index.opening import open_index
-from knowledgeops.settings import Settings
 from starter.reindex import start_reindex
 from tests.conftest import (
     Api,

@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.testing import ActivityEnvironment
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.report import (
     CollectRequest,
     RenderCheckpoint,
@@ -23,7 +24,6 @@ from knowledgeops.contracts.report import (
 )
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.reporting import EventTally, build_report, failure_kind, knowledge_base
-from knowledgeops.settings import Settings
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentRow
 from knowledgeops.stores.database import Database

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.rerank import MAX_DOCUMENT_CHARS, Reranker, RerankError, make_reranker
-from knowledgeops.settings import Settings
 from starter.dev_server import free_port
 from tests.conftest import HermeticSettings, rerank_settings
 from tests.fake_openai import FakeOpenAI, Fault

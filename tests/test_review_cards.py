@@ -17,9 +17,9 @@ import pytest
 from fsrs import Card, Rating, Scheduler, State
 
 from activities.map_reduce import plan_groups
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.local import review_cards as local
-from knowledgeops.settings import Settings
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.chunk_store import Chunk
 from knowledgeops.stores.outputs import OutputStore

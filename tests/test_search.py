@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import Api, openai_settings, rerank_settings, running_api
 from tests.fake_openai import FakeOpenAI, Fault
 

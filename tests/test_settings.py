@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from knowledgeops.settings import Settings
-from knowledgeops.settings_loading import load_settings
+from knowledgeops.config.loading import load_settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import HermeticSettings, settings_env
 
 

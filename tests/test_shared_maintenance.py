@@ -18,9 +18,9 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.cleanup import CleanupActivities
 from knowledgeops.backup_archive import read_listing
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import RemoveOrphansRequest
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.stores.backups import pool_dir
 from knowledgeops.stores.chunk_store import ChunkReader
 from knowledgeops.stores.data_files import open_storage

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from activities.map_reduce import Partial, WorkDir
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.settings import Settings
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store

@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue

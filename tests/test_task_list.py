@@ -13,8 +13,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import MIGRATIONS_DIR, Database
 from knowledgeops.stores.task_list import TABLE, TaskListEntry, row_of, state_of
 from tests.conftest import EXAMPLES, running_api

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores import file_store
 from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults

@@ -23,9 +23,10 @@ from pydantic import ValidationError
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from knowledgeops.config.loading import load_settings
+from knowledgeops.config.settings import Settings
+from knowledgeops.config.values import SettingsError
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.settings import Settings, SettingsError
-from knowledgeops.settings_loading import load_settings
 from knowledgeops.stores.database import Database
 from starter.dev_server import free_port
 from starter.webhooks import WebhookDispatcher

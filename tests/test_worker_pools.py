@@ -14,7 +14,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import PendingActivityState
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from tests.conftest import (
     EXAMPLES,
     ROOT,

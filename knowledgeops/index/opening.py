@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.index import legacy
 from knowledgeops.index.fusion import Fusion, FusionConfig
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 
 log = logging.getLogger(__name__)

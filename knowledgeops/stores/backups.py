@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 
 MANIFEST = "manifest.json"
 # Per archive: one JSON line per stored file / chunk file it references in the pool.

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores import chunk_store

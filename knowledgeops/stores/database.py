@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from knowledgeops.stores.audit import AuditLog
 from knowledgeops.stores.events import EventStore
 from knowledgeops.stores.sql import Base

@@ -24,7 +24,7 @@ from fastapi import Depends, Header
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from knowledgeops.settings import Settings
+from knowledgeops.config.settings import Settings
 from starter.http.errors import ApiError, error_response
 from starter.http.runtime import RuntimeDep
 

@@ -9,10 +9,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from temporalio.client import Client
 
+from knowledgeops.config.settings import Settings
 from knowledgeops.embedding import Embedder
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
-from knowledgeops.settings import Settings
 from knowledgeops.stores.database import Database
 from starter.documents import DocumentService
 from starter.service import TaskQueueService

@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from knowledgeops.setting_values import (
+from knowledgeops.config.values import (
     NO_WEBHOOK_SECRET,
+    SettingsError,
     check_api_tokens,
     http_url,
     parse_pools,
@@ -296,16 +297,8 @@ class Settings(BaseSettings):
 
     def aws_env(self) -> dict[str, str]:
         """The AWS_* settings as the S3 store reads them (those set here or in .env)."""
-        return {
-            k: v
-            for k, v in {
-                "AWS_ENDPOINT_URL": self.aws_endpoint_url,
-                "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
-                "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key,
-                "AWS_REGION": self.aws_region,
-            }.items()
-            if v
-        }
+        names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+        return {name: value for name in names if (value := getattr(self, name.lower()))}
 
     @property
     def files_dir(self) -> Path:
@@ -399,7 +392,3 @@ class Settings(BaseSettings):
 
     def task_id(self, name: str) -> str:
         return f"{self.prefix}{name}"
-
-
-class SettingsError(RuntimeError):
-    """Raised with a message naming each invalid setting and what is wrong with it."""

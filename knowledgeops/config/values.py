@@ -95,3 +95,7 @@ def parse_pools(names: Sequence[str]) -> list[Pool]:
             + ", ".join(p.value for p in Pool)
         )
     return [Pool(n) for n in dict.fromkeys(wanted)] or list(Pool)
+
+
+class SettingsError(RuntimeError):
+    """Raised with a message naming each invalid setting and what is wrong with it."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from knowledgeops.settings import Settings, SettingsError
+from knowledgeops.config.settings import Settings
+from knowledgeops.config.values import SettingsError
 
 # Settings whose values are never echoed in an error (tokens, keys, URLs with passwords).
 _SECRET_SETTINGS = frozenset(
