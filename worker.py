@@ -23,12 +23,12 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from knowledgeops import metrics, tracing
 from knowledgeops.backup_export import backup_store
 from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError, parse_pools
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
+from knowledgeops.observability import metrics, tracing
 from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.registry.task_types import (
     COMMON_ACTIVITY_CLASSES,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from knowledgeops import metrics
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS, TaskEvent
+from knowledgeops.observability import metrics
 from knowledgeops.resources import Resources
 
 

@@ -23,7 +23,6 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
-from knowledgeops import metrics
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage as TokenUsage
 from knowledgeops.embedding import OnWait
@@ -33,6 +32,7 @@ from knowledgeops.errors import (
     ChatUnavailableError,
     validation_text,
 )
+from knowledgeops.observability import metrics
 from knowledgeops.retry_after import retry_after_seconds
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from knowledgeops import metrics
 from knowledgeops.config.settings import Settings
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.observability import metrics
 from knowledgeops.process_guard import die_with_parent
 from knowledgeops.retry_after import retry_after_seconds as _retry_after_seconds
 

@@ -17,8 +17,8 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.observability.tracing import temporal_plugins
 from knowledgeops.registry.task_types import SEARCH_ATTRIBUTES
-from knowledgeops.tracing import temporal_plugins
 
 # For clients that answer people (the HTTP API): give up on an unreachable server after about
 # a second, so a request fails fast with a 503, instead of after the default's ~9 s of retries.

@@ -14,8 +14,8 @@ import time
 
 from temporalio.client import Client
 
-from knowledgeops import metrics
 from knowledgeops.config.settings import Settings
+from knowledgeops.observability import metrics
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 
 # Memo key of an import: the size of its stored file.

@@ -22,13 +22,13 @@ from typing import Any
 import httpx
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.observability.log_format import JsonLogFormatter
 from knowledgeops.resources import open_resources
 from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure
 from starter.http.serve import ApiServer
-from starter.log_format import JsonLogFormatter
 
 log = logging.getLogger("knowledgeops")
 # How long `dev` waits for its worker process to load the model and serve the API.

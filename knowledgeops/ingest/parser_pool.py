@@ -34,8 +34,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, Any
 
-from knowledgeops import metrics
 from knowledgeops.ingest.parser_process import ParserInput
+from knowledgeops.observability import metrics
 
 log = logging.getLogger("knowledgeops.parser")
 

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from knowledgeops import metrics
+from knowledgeops.observability import metrics
 from starter.http import admin, agent, cards, documents, reports, tasks, webhooks
 from starter.http.access import BrowserGuard, CallerDep
 from starter.http.errors import error_response, install_error_handlers
@@ -162,7 +162,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
     )
     async def prometheus_metrics(_: CallerDep) -> Response:
-        """The platform's Prometheus metrics (knowledgeops/metrics.py), as the API allows."""
+        """The platform's Prometheus metrics (knowledgeops/observability/metrics.py), as the API allows."""
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app

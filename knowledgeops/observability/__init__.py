@@ -1,0 +1,2 @@
+"""What the processes tell operators: Prometheus metrics, OpenTelemetry tracing, and the JSON
+log line format."""
