@@ -24,7 +24,6 @@ from knowledgeops.agent_transcript import (
     message,
     new_transcript,
 )
-from knowledgeops.chat import ChatModel, TokenUsage
 from knowledgeops.contracts.agent import (
     CALL_MODEL,
     CLOSE_TRANSCRIPT,
@@ -44,6 +43,7 @@ from knowledgeops.contracts.agent import (
     ToolResult,
 )
 from knowledgeops.errors import ChatRejectedError, EmbeddingRejectedError
+from knowledgeops.models.chat import ChatModel, TokenUsage
 from knowledgeops.resources import Resources
 from knowledgeops.stores.outputs import OutputStore
 

@@ -26,7 +26,6 @@ from activities.map_reduce import (
 )
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
-from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.analysis import (
     CHECK_ANSWER,
@@ -46,6 +45,7 @@ from knowledgeops.contracts.analysis import (
 )
 from knowledgeops.index.points import Scope
 from knowledgeops.local import artifacts as local
+from knowledgeops.models.chat import ChatModel
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.chunk_store import Chunk

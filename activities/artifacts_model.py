@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 from activities.map_reduce import passages
 from activities.support import bad_input
-from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import GroupPlan, TokenUsage
 from knowledgeops.contracts.artifacts import (
     ArtifactOutput,
@@ -22,7 +21,8 @@ from knowledgeops.contracts.artifacts import (
     QuizQuestion,
     Summary,
 )
-from knowledgeops.embedding import token_upper_bound
+from knowledgeops.models.chat import ChatModel
+from knowledgeops.models.embedding import token_upper_bound
 from knowledgeops.stores.chunk_store import Chunk
 
 M = TypeVar("M", bound=BaseModel)

@@ -23,7 +23,6 @@ from knowledgeops.contracts.indexing import (
     DocumentPage,
     ListDocumentsRequest,
 )
-from knowledgeops.embedding import Embedder
 from knowledgeops.errors import EmbeddingRejectedError
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.ingest.indexing import (
@@ -32,6 +31,7 @@ from knowledgeops.ingest.indexing import (
     embed_chunks,
     upsert_chunks,
 )
+from knowledgeops.models.embedding import Embedder
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.sql import now

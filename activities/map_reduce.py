@@ -20,9 +20,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.support import Heartbeater, bad_input, resume_from
-from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
-from knowledgeops.embedding import token_upper_bound
+from knowledgeops.models.chat import ChatModel
+from knowledgeops.models.embedding import token_upper_bound
 from knowledgeops.storage.store import Store
 from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.data_files import DataFiles

@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.map_reduce import passages
-from knowledgeops.chat import ChatModel
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.review_cards import CLOZE_BLANK, CardKind
+from knowledgeops.models.chat import ChatModel
 from knowledgeops.stores.chunk_store import Chunk
 
 _KINDS = {

@@ -22,7 +22,6 @@ from temporalio import activity
 
 from activities.model_errors import model_failures
 from activities.support import Heartbeater, bad_input
-from knowledgeops.chat import ChatModel, image_part
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.base import Checkpoint
 from knowledgeops.contracts.ocr import IMAGE_FORMATS
@@ -37,6 +36,7 @@ from knowledgeops.contracts.vision import (
     VisionResult,
 )
 from knowledgeops.formats import image_format
+from knowledgeops.models.chat import ChatModel, image_part
 from knowledgeops.resources import Resources
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue

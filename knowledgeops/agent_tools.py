@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from knowledgeops.contracts.agent import ChildStart, ToolName
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.embedding import OnWait
 from knowledgeops.errors import validation_text
 from knowledgeops.index.points import Scope as IndexScope
+from knowledgeops.models.embedding import OnWait
 from knowledgeops.registry.task_types import REGISTRY, TaskQueue, TaskType
 from knowledgeops.resources import Resources
 from knowledgeops.stores.catalogue import DocumentCatalogue

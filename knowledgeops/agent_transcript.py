@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from knowledgeops.chat import TokenUsage, ToolCall
+from knowledgeops.models.chat import TokenUsage, ToolCall
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 
 # A tool result longer than this is cut (and says so): the model's context is the limit.

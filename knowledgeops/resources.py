@@ -10,10 +10,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from knowledgeops.chat import ChatModel, make_chat_model
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.index.live import (
     LIVE_INDEX_KEY,
     LiveIndex,
@@ -26,7 +24,9 @@ from knowledgeops.index.live import (
 from knowledgeops.index.opening import open_index_migrating
 from knowledgeops.index.points import Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.rerank import Reranker, make_reranker
+from knowledgeops.models.chat import ChatModel, make_chat_model
+from knowledgeops.models.embedding import Embedder, OnWait, make_embedder
+from knowledgeops.models.rerank import Reranker, make_reranker
 from knowledgeops.storage.store import Store, StoredObjectMissing
 from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database

@@ -12,9 +12,9 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from knowledgeops.agent_transcript import TranscriptStore
-from knowledgeops.chat import TokenUsage
 from knowledgeops.contracts.agent import SEND_MESSAGE_UPDATE, AgentMessage, AgentReply
 from knowledgeops.errors import validation_text
+from knowledgeops.models.chat import TokenUsage
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from knowledgeops.storage.store import Store
 from knowledgeops.stores.data_files import open_storage

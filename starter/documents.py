@@ -18,11 +18,11 @@ from knowledgeops.contracts.document_import import (
     DocumentMetadata,
 )
 from knowledgeops.document_removal import hide_document
-from knowledgeops.embedding import model_id_for
 from knowledgeops.errors import DocumentError
 from knowledgeops.formats import detect_format
 from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.models.embedding import model_id_for
 from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
 from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow

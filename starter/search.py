@@ -9,11 +9,11 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.embedding import Embedder
 from knowledgeops.index.live import nearest
 from knowledgeops.index.points import Scope
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.rerank import Reranker
+from knowledgeops.models.embedding import Embedder
+from knowledgeops.models.rerank import Reranker
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database
 

@@ -20,11 +20,11 @@ import pytest
 from pydantic_settings import BaseSettings
 from temporalio.client import Client
 
-from knowledgeops.chat import make_chat_model
 from knowledgeops.config.settings import Settings
-from knowledgeops.embedding import Embedder, make_embedder
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.models.chat import make_chat_model
+from knowledgeops.models.embedding import Embedder, make_embedder
 from knowledgeops.resources import Resources
 from knowledgeops.stores.chunk_store import ChunkReader
 from knowledgeops.stores.database import Database

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from knowledgeops.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.config.settings import Settings
+from knowledgeops.models.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.outputs import OutputStore

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from knowledgeops.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.models.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from knowledgeops.chat import (
+from knowledgeops.config.settings import Settings
+from knowledgeops.errors import ChatAnswerInvalidError, ChatRejectedError, ChatUnavailableError
+from knowledgeops.models.chat import (
     STRUCTURED_ATTEMPTS,
     ChatModel,
     TokenUsage,
     image_part,
     make_chat_model,
 )
-from knowledgeops.config.settings import Settings
-from knowledgeops.errors import ChatAnswerInvalidError, ChatRejectedError, ChatUnavailableError
 from tests.conftest import HermeticSettings, chat_settings
 from tests.fake_openai import ChatAnswer, ChatFault, FakeOpenAI, last_user_text
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.embedding import (
+from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.models.embedding import (
     OPENAI_MAX_INPUTS,
     OPENAI_MAX_TOKENS,
     LocalEmbedder,
@@ -20,7 +21,6 @@ from knowledgeops.embedding import (
     plan_batches,
     split_evenly,
 )
-from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
 from tests.conftest import openai_settings
 from tests.fake_openai import FakeOpenAI, Fault
 
@@ -110,7 +110,7 @@ def test_provider_settings_are_checked(settings: Settings, fake_openai: FakeOpen
 async def test_local_model_serves_the_smallest_waiting_request_first() -> None:
     """A small document's one batch goes ahead of bulk imports' full batches (fair scheduling);
     a waiter cancelled in the queue never gets or blocks the model."""
-    from knowledgeops.embedding import SmallestFirst
+    from knowledgeops.models.embedding import SmallestFirst
 
     turn, order = SmallestFirst(), []
 
@@ -173,7 +173,7 @@ def test_local_model_process_dies_with_a_killed_worker(tmp_path: Path) -> None:
 
     script = (
         "import asyncio, sys\n"
-        "from knowledgeops.embedding import LocalEmbedder\n"
+        "from knowledgeops.models.embedding import LocalEmbedder\n"
         "async def main():\n"
         "    e = LocalEmbedder()\n"
         "    await e.embed(['hello'])\n"

@@ -100,7 +100,7 @@ async def test_json_logs_name_the_task_run_and_attempt_a_line_was_written_for(
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     assert lines and all({"time", "level", "logger", "message"} <= set(e) for e in lines)
     [warning] = [e for e in lines if "embedding request failed" in e["message"]]
-    assert warning["level"] == "WARNING" and warning["logger"] == "knowledgeops.embedding"
+    assert warning["level"] == "WARNING" and warning["logger"] == "knowledgeops.models.embedding"
     assert warning["task_id"] == ref.task_id and warning["task_type"] == "DOCUMENT_IMPORT"
     assert warning["run_id"] == ref.run_id and warning["attempt"] == 1
     assert warning["activity"] == "embed_chunks"

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.rerank import MAX_DOCUMENT_CHARS, Reranker, RerankError, make_reranker
+from knowledgeops.models.rerank import MAX_DOCUMENT_CHARS, Reranker, RerankError, make_reranker
 from starter.dev_server import free_port
 from tests.conftest import HermeticSettings, rerank_settings
 from tests.fake_openai import FakeOpenAI, Fault

@@ -1,7 +1,7 @@
 """What the AI task types share in their contracts: token usage, the method choice, and the
 chunk-group plan and checkpoint of map-reduce over a long document.
 
-Token usage lives here rather than in `knowledgeops/chat.py` (which re-exports it) because
+Token usage lives here rather than in `knowledgeops/models/chat.py` (which re-exports it) because
 workflow results carry it, and workflows import contracts only.
 """
 

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from knowledgeops.embedding import slug
 from knowledgeops.index import bm25
 from knowledgeops.index.engine import Engine, EnginePoint, Kind
 from knowledgeops.index.points import INDEX_PREFIX, StoredPoint, kind_of, payload_text
+from knowledgeops.models.embedding import slug
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from knowledgeops.text.cloze import cloze
 from knowledgeops.text.terms import phrases
 
 if TYPE_CHECKING:  # only a type here: the embedder module stays unimported
-    from knowledgeops.embedding import Embedder
+    from knowledgeops.models.embedding import Embedder
 
 T = TypeVar("T")
 

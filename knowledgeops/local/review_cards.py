@@ -22,7 +22,7 @@ from knowledgeops.text.cloze import Cloze, cloze
 from knowledgeops.text.terms import recurring_terms, term_counts
 
 if TYPE_CHECKING:  # only a type here: the embedder module stays unimported
-    from knowledgeops.embedding import Embedder
+    from knowledgeops.models.embedding import Embedder
 
 METHOD = "local:key-sentence-cloze"
 # Sentences shorter than this carry too little to test; longer ones make poor cards.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from knowledgeops.embedding import slug
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.models.embedding import slug
 
 _CACHE_NAMESPACE = uuid.UUID("0c8f3f0e-4f7e-4a8e-8f4c-1d9b2a6c5e77")
 CACHE_PREFIX = "embeddings_"

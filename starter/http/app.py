@@ -162,7 +162,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
     )
     async def prometheus_metrics(_: CallerDep) -> Response:
-        """The platform's Prometheus metrics (knowledgeops/observability/metrics.py), as the API allows."""
+        """The platform's Prometheus metrics (knowledgeops.observability.metrics), as allowed."""
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -25,15 +25,15 @@ from pydantic import BaseModel, ValidationError
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage as TokenUsage
-from knowledgeops.embedding import OnWait
 from knowledgeops.errors import (
     ChatAnswerInvalidError,
     ChatRejectedError,
     ChatUnavailableError,
     validation_text,
 )
+from knowledgeops.models.embedding import OnWait
+from knowledgeops.models.retry_after import retry_after_seconds
 from knowledgeops.observability import metrics
-from knowledgeops.retry_after import retry_after_seconds
 
 log = logging.getLogger(__name__)
 

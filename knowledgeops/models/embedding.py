@@ -29,9 +29,9 @@ import numpy as np
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableError
+from knowledgeops.models.retry_after import retry_after_seconds as _retry_after_seconds
 from knowledgeops.observability import metrics
 from knowledgeops.process_guard import die_with_parent
-from knowledgeops.retry_after import retry_after_seconds as _retry_after_seconds
 
 log = logging.getLogger(__name__)
 
