@@ -27,6 +27,7 @@ from knowledgeops.backup_export import backup_store
 from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError, parse_pools
+from knowledgeops.files.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.observability import metrics, tracing
 from knowledgeops.operator_actions import OperatorActions
@@ -41,7 +42,6 @@ from knowledgeops.registry.task_types import (
 )
 from knowledgeops.resources import Resources, open_resources
 from knowledgeops.schedules import ensure_schedules
-from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.http.serve import ApiServer
 from starter.processes import configure_logging, run_until_stopped, until_signal

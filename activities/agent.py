@@ -43,9 +43,9 @@ from knowledgeops.contracts.agent import (
     ToolResult,
 )
 from knowledgeops.errors import ChatRejectedError, EmbeddingRejectedError
+from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import ChatModel, TokenUsage
 from knowledgeops.resources import Resources
-from knowledgeops.stores.outputs import OutputStore
 
 # Message ids of a first run: the system prompt, then the instruction.
 SYSTEM_ID, INSTRUCTION_ID = 0, 1

@@ -21,9 +21,9 @@ from knowledgeops.contracts.artifacts import (
     QuizQuestion,
     Summary,
 )
+from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.models.chat import ChatModel
 from knowledgeops.models.embedding import token_upper_bound
-from knowledgeops.stores.chunk_store import Chunk
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -63,6 +63,7 @@ from knowledgeops.contracts.backup import (
     ManifestResult,
     RetentionResult,
 )
+from knowledgeops.files.file_store import write_atomically
 from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources
 from knowledgeops.storage.store import StorageConfigError, StoredObjectMissing, fsync_dir
@@ -76,7 +77,6 @@ from knowledgeops.stores.backups import (
     prune_pool,
     remove_archive,
 )
-from knowledgeops.stores.file_store import write_atomically
 
 
 class BackupActivities:

@@ -51,13 +51,13 @@ from knowledgeops.contracts.cleanup import (
     totals,
 )
 from knowledgeops.contracts.document_import import DocumentImportPayload
+from knowledgeops.files import chunk_store
+from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.resources import Resources
 from knowledgeops.storage.store import StoredObject
-from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentRow
-from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
 
 # An upload's temp file older than this belongs to an upload that died.
 UPLOAD_TEMP_AGE = timedelta(hours=1)

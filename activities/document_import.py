@@ -26,13 +26,13 @@ from knowledgeops.contracts.document_import import (
     VersionRequest,
 )
 from knowledgeops.errors import DocumentError
+from knowledgeops.files import chunk_store, file_store
+from knowledgeops.files.chunk_store import sections_file
+from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
 from knowledgeops.resources import Resources
-from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.chunk_store import sections_file
-from knowledgeops.stores.ocr_results import OcrResults
 
 
 class ImportActivities:

@@ -24,11 +24,11 @@ from knowledgeops.contracts.ocr import (
     RecognizeResult,
 )
 from knowledgeops.errors import DocumentError
+from knowledgeops.files import file_store
+from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ocr.process import OcrChildInput
 from knowledgeops.ocr.runner import OCR_MEMORY_MB, run_ocr_child
 from knowledgeops.resources import Resources
-from knowledgeops.stores import file_store
-from knowledgeops.stores.ocr_results import OcrResults
 
 # Formats whose `pages` select pages (frames); any other image is one page.
 _PAGED = ("pdf", "tiff")

@@ -30,11 +30,11 @@ from knowledgeops.contracts.indexing import (
     SwitchRequest,
     SwitchResult,
 )
+from knowledgeops.files import chunk_store
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.points import INDEX_PREFIX
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
-from knowledgeops.stores import chunk_store
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.sql import now
 

@@ -12,8 +12,8 @@ from temporalio import activity
 from activities.map_reduce import passages
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.review_cards import CLOZE_BLANK, CardKind
+from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.models.chat import ChatModel
-from knowledgeops.stores.chunk_store import Chunk
 
 _KINDS = {
     "qa": "'qa': front is a question, back its short answer",

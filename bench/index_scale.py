@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_builder import Builder
 from knowledgeops.index.edge_mapping import BuildSettings
 from knowledgeops.index.engine import QuerySpec
 from knowledgeops.index.points import Scope
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores.chunk_store import Chunk
 
 COLLECTION = "chunks_scale"
 CHUNKS_PER_DOC = 40

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.models.chat import TokenUsage, ToolCall
-from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 
 # A tool result longer than this is cut (and says so): the model's context is the limit.
 MAX_TOOL_RESULT_CHARS = 12_000

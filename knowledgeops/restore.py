@@ -34,15 +34,15 @@ from knowledgeops.backup_archive import (
 )
 from knowledgeops.backup_export import unpacked
 from knowledgeops.config.settings import Settings
+from knowledgeops.files import chunk_store, file_store
+from knowledgeops.files.data_files import DataFiles, open_storage
 from knowledgeops.index.engine import IndexLockedError, Kind
 from knowledgeops.index.legacy import sync_document_fields
 from knowledgeops.index.live import index_of, remove_alias, switch_live
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.points import kind_of
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores import chunk_store, file_store
 from knowledgeops.stores.backups import pool_dir
-from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database, migrate_to_head
 from knowledgeops.stores.live_versions import LiveVersions
 

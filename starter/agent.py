@@ -14,11 +14,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from knowledgeops.agent_transcript import TranscriptStore
 from knowledgeops.contracts.agent import SEND_MESSAGE_UPDATE, AgentMessage, AgentReply
 from knowledgeops.errors import validation_text
+from knowledgeops.files.data_files import open_storage
+from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import TokenUsage
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from knowledgeops.storage.store import Store
-from knowledgeops.stores.data_files import open_storage
-from knowledgeops.stores.outputs import OutputStore
 from starter.service import TaskQueueService
 from starter.task_models import PayloadInvalidError, TaskFinishedError
 

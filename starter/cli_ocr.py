@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.files import file_store
+from knowledgeops.files.data_files import open_storage
+from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.stores import file_store
-from knowledgeops.stores.data_files import open_storage
-from knowledgeops.stores.ocr_results import OcrResults
 from starter.cli_common import actor, follow_and_report
 
 if TYPE_CHECKING:

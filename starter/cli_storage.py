@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
-    from knowledgeops.stores.data_files import check_storage, open_storage
+    from knowledgeops.files.data_files import check_storage, open_storage
     from knowledgeops.stores.data_upload import upload_data_folder
     from knowledgeops.stores.database import Database
     from knowledgeops.stores.live_versions import LiveVersions

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from knowledgeops.stores.chunk_store import ChunkReader
-from knowledgeops.stores.data_files import DataFiles
+from knowledgeops.files.chunk_store import ChunkReader
+from knowledgeops.files.data_files import DataFiles
 from knowledgeops.stores.live_versions import LiveVersions
 
 # The largest page one request reads (the API's `limit` bound).

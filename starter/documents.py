@@ -19,14 +19,14 @@ from knowledgeops.contracts.document_import import (
 )
 from knowledgeops.document_removal import hide_document
 from knowledgeops.errors import DocumentError
+from knowledgeops.files import file_store
+from knowledgeops.files.data_files import DataFiles, open_storage
 from knowledgeops.formats import detect_format
 from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import model_id_for
 from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
-from knowledgeops.stores import file_store
 from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
-from knowledgeops.stores.data_files import DataFiles, open_storage
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions
 from starter import document_chunks

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.files.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.observability.log_format import JsonLogFormatter
 from knowledgeops.resources import open_resources
-from knowledgeops.stores.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure

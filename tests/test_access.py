@@ -15,8 +15,8 @@ from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.files import file_store
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.stores import file_store
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.stores.database import Database

@@ -12,9 +12,9 @@ from typing import Any
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
+from knowledgeops.files.outputs import OutputStore
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.stores.database import Database
-from knowledgeops.stores.outputs import OutputStore
 from tests.conftest import (
     EXAMPLES,
     Env,

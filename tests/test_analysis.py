@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores.outputs import OutputStore
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.ai_helpers import cited_chunks, group_requests, import_lesson
 from tests.conftest import Env, chat_settings, running_api, running_env

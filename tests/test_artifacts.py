@@ -14,10 +14,10 @@ import pytest
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.models.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from starter.task_models import TaskStatus
 from tests.ai_helpers import LESSON, WAIT, cited_chunks, group_requests, import_lesson
 from tests.conftest import (

@@ -26,8 +26,8 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.backup import BackupStageRequest, FilesCheckpoint
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.files import file_store
 from knowledgeops.resources import Resources
-from knowledgeops.stores import file_store
 from knowledgeops.stores.backups import MANIFEST, list_archives, listed_blobs, pool_dir
 from knowledgeops.stores.embedding_cache import cache_collection
 from starter.search import search

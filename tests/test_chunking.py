@@ -14,6 +14,7 @@ import pytest
 
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
+from knowledgeops.files.chunk_store import Chunk, ChunkReader, ChunkWriter
 from knowledgeops.ingest.chunking import (
     MIN_CHUNK_CHARACTERS,
     Splitters,
@@ -22,7 +23,6 @@ from knowledgeops.ingest.chunking import (
 )
 from knowledgeops.ingest.parsing import Section
 from knowledgeops.ingest.sections import extract_sections
-from knowledgeops.stores.chunk_store import Chunk, ChunkReader, ChunkWriter
 
 # Small chunks, so short test documents still split into several pieces.
 EN = ChunkingOptions(chunk_tokens=32, overlap_tokens=4)

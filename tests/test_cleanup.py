@@ -25,11 +25,12 @@ from knowledgeops.contracts.cleanup import (
     RemoveCheckpoint,
     RemoveOrphansRequest,
 )
+from knowledgeops.files import file_store
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.resources import Resources
-from knowledgeops.stores import backups, file_store
+from knowledgeops.stores import backups
 from knowledgeops.stores.audit import AuditRow
 from knowledgeops.stores.events import EventRow
 from knowledgeops.stores.live_versions import LiveVersions

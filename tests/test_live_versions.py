@@ -5,7 +5,7 @@ go with the document's next publish or delete."""
 from __future__ import annotations
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.stores.chunk_store import ChunkReader, ChunkWriter
+from knowledgeops.files.chunk_store import ChunkReader, ChunkWriter
 from knowledgeops.stores.database import Database
 from knowledgeops.stores.live_versions import LiveVersions
 

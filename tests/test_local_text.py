@@ -14,10 +14,10 @@ import pytest
 
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.files.chunk_store import Chunk, ChunkReader
 from knowledgeops.ingest.chunking import chunk_sections
 from knowledgeops.ingest.sections import extract_sections
 from knowledgeops.local import artifacts, review_cards
-from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.text.cloze import Cloze, cloze
 from knowledgeops.text.sentences import sentences
 from knowledgeops.text.terms import term_counts

@@ -17,11 +17,11 @@ import pytest
 from pydantic import ValidationError
 
 from knowledgeops.contracts.ocr import OcrPayload
+from knowledgeops.files import file_store
+from knowledgeops.files.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.formats import detect_format
 from knowledgeops.ocr.layout import reading_order
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.stores import file_store
-from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
 from starter.cli_ocr import parse_pages
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import ROOT, Env, settings_env

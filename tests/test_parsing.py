@@ -11,7 +11,7 @@ import pytest
 
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
-from knowledgeops.stores.chunk_store import ChunkReader
+from knowledgeops.files.chunk_store import ChunkReader
 from tests.conftest import EXAMPLES
 from tests.helpers import (
     numbered_paragraphs,

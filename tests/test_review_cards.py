@@ -19,10 +19,10 @@ from fsrs import Card, Rating, Scheduler, State
 from activities.map_reduce import plan_groups
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.files.chunk_store import Chunk
+from knowledgeops.files.outputs import OutputStore
 from knowledgeops.local import review_cards as local
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores.chunk_store import Chunk
-from knowledgeops.stores.outputs import OutputStore
 from knowledgeops.stores.review_cards import ReviewCards
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.terms import term_counts

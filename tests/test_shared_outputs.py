@@ -15,11 +15,11 @@ import pytest
 from activities.map_reduce import Partial, WorkDir
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage
+from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
-from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.stores.reports import ReportFiles, ReportNotFoundError
 from tests.ai_helpers import WAIT, import_lesson
 from tests.conftest import running_api, running_env

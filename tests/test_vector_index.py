@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_mapping import BuildSettings
 from knowledgeops.index.engine import Engine, IndexLockedError
 from knowledgeops.index.vector_index import Scope, VectorIndex
-from knowledgeops.stores.chunk_store import Chunk
 
 QDRANT_URL = os.environ.get("QDRANT_URL", "")
 DIM = 8

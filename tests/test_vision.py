@@ -14,10 +14,10 @@ import pytest
 from PIL import Image
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.files import file_store
+from knowledgeops.files.ocr_results import OcrLine, OcrPage, OcrResults
+from knowledgeops.files.outputs import OutputStore
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores import file_store
-from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
-from knowledgeops.stores.outputs import OutputStore
 from starter.task_models import PayloadInvalidError
 from tests.conftest import Env, chat_settings, running_env
 from tests.fake_openai import ChatFault, FakeOpenAI, all_text, response_schema

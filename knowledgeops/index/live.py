@@ -19,12 +19,12 @@ from typing import Any
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.files.chunk_store import index_text_of
 from knowledgeops.index import bm25
 from knowledgeops.index.points import INDEX_PREFIX, Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder, OnWait
 from knowledgeops.models.rerank import Reranker, RerankError
-from knowledgeops.stores.chunk_store import index_text_of
 
 log = logging.getLogger(__name__)
 LIVE_ALIAS = "chunks_live"

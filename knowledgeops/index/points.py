@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from knowledgeops.files.chunk_store import Chunk, index_text_of
 from knowledgeops.index.engine import Kind
-from knowledgeops.stores.chunk_store import Chunk, index_text_of
 
 _POINT_NAMESPACE = uuid.UUID("5b0a6f5e-8d1c-4a53-9a3e-6f1f0c2d7e11")
 # Every index collection's name starts so (the embedding cache's `embeddings_` does not).

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.index import bm25
 from knowledgeops.index.base import IndexBase
 from knowledgeops.index.engine import (
@@ -35,7 +36,6 @@ from knowledgeops.index.engine import (
 )
 from knowledgeops.index.fusion import FusionConfig, fuse
 from knowledgeops.index.points import Hit, PointFields, Scope, point_id
-from knowledgeops.stores.chunk_store import Chunk
 
 # Candidates each list contributes to a hybrid ranking: enough for Recall@100, and the
 # normalisation of scores needs a list deep enough that its lowest score means "unrelated".

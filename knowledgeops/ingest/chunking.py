@@ -18,9 +18,9 @@ from semantic_text_splitter import MarkdownSplitter, TextSplitter
 
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
+from knowledgeops.files.chunk_store import ChunkWriter, index_text_of
 from knowledgeops.ingest.parsing import Section
 from knowledgeops.ingest.sections import read_sections, with_ocr_pages
-from knowledgeops.stores.chunk_store import ChunkWriter, index_text_of
 
 # Token counts follow OpenAI's cl100k vocabulary; the splitter ships it, so no download.
 TOKENIZER_MODEL = "gpt-3.5-turbo"

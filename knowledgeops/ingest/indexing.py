@@ -25,9 +25,9 @@ from knowledgeops.contracts.document_import import (
     UpsertRequest,
     UpsertResult,
 )
+from knowledgeops.files.chunk_store import Chunk, ChunkReader
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder, OnWait
-from knowledgeops.stores.chunk_store import Chunk, ChunkReader
 from knowledgeops.stores.embedding_cache import EmbeddingCache
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
+from knowledgeops.files.chunk_store import remove_unfinished
 from knowledgeops.ingest.parser_pool import POOL, Outcome
 from knowledgeops.ingest.parser_process import ParserInput, ParserLimits
-from knowledgeops.stores.chunk_store import remove_unfinished
 
 log = logging.getLogger("knowledgeops.parser")
 

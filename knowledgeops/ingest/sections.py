@@ -17,9 +17,9 @@ from pathlib import Path
 from knowledgeops.contracts.document_import import ParseResult
 from knowledgeops.contracts.ocr import IMAGE_FORMATS, MAX_LISTED_PAGES
 from knowledgeops.errors import DocumentError
+from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.formats import detect_format
 from knowledgeops.ingest.parsing import Section, parse
-from knowledgeops.stores.ocr_results import OcrResults
 
 
 def read_sections(path: Path) -> Iterator[Section]:

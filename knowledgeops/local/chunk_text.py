@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from knowledgeops.stores.chunk_store import Chunk
+from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.text.sentences import sentences
 
 # How a chunk's heading path joins its headings (knowledgeops/ingest/parsing.py writes it).

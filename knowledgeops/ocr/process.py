@@ -137,7 +137,7 @@ def ocr_format(path: Path, filename: str) -> str:
 
 def recognize(request: OcrChildInput) -> None:
     from knowledgeops.contracts.ocr import OCR_METHOD
-    from knowledgeops.stores.ocr_results import OcrLine, OcrPage, OcrResults
+    from knowledgeops.files.ocr_results import OcrLine, OcrPage, OcrResults
 
     engine = make_engine()
     release = _memory_release()

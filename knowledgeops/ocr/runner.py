@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from knowledgeops.errors import DocumentError
+from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ingest.parse_runner import parser_env, tail_of
 from knowledgeops.ocr.process import EXIT_DOCUMENT_ERROR, OcrChildInput
-from knowledgeops.stores.ocr_results import OcrResults
 
 log = logging.getLogger("knowledgeops.ocr")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import DateTime, String, delete, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from knowledgeops.stores import chunk_store
+from knowledgeops.files import chunk_store
 from knowledgeops.stores.sql import Base, now
 
 if TYPE_CHECKING:

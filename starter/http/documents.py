@@ -11,8 +11,8 @@ from pydantic import BaseModel, ValidationError
 from knowledgeops.contracts.document_import import DOCUMENT_ID_PATTERN, DocumentMetadata
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.errors import DocumentError, validation_text
+from knowledgeops.files import file_store
 from knowledgeops.index.engine import IndexOutdatedError
-from knowledgeops.stores import file_store
 from starter.document_chunks import MAX_CHUNK_PAGE, ChunkPage
 from starter.document_models import DeleteAccepted, DocumentDetail, DocumentPage
 from starter.http.access import Caller, CallerDep, caller

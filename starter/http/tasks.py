@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field, ValidationError
 from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.contracts.events import StoredEvent
 from knowledgeops.errors import validation_text
+from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.registry.task_types import TaskQueue, TaskType, spec_for
-from knowledgeops.stores.outputs import OutputNotFoundError, OutputStore
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep

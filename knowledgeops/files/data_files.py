@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.files import chunk_store
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store, StoredObjectMissing
-from knowledgeops.stores import chunk_store
 
 log = logging.getLogger(__name__)
 

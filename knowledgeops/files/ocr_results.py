@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from knowledgeops.stores.file_store import FILE_ID_RE, write_atomically
+from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 
 _PAGE_FILE = re.compile(r"^page-(\d{5,})\.json$")
 
