@@ -43,13 +43,13 @@ from knowledgeops.contracts.analysis import (
     Readability,
     Source,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.index.points import Scope
 from knowledgeops.local import artifacts as local
 from knowledgeops.models.chat import ChatModel
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
 from knowledgeops.text.terms import words as words_of
 
 LOCAL_METHOD = "local:key-terms+readability"

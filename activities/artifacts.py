@@ -36,11 +36,11 @@ from knowledgeops.contracts.artifacts import (
     ArtifactStep,
     MapResult,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.local import artifacts as local
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -51,13 +51,15 @@ from knowledgeops.contracts.cleanup import (
     totals,
 )
 from knowledgeops.contracts.document_import import DocumentImportPayload
+from knowledgeops.db.audit import AuditLog
+from knowledgeops.db.catalogue import DocumentRow
+from knowledgeops.db.events import EventStore
 from knowledgeops.files import chunk_store
 from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.resources import Resources
 from knowledgeops.storage.store import StoredObject
-from knowledgeops.stores.catalogue import DocumentRow
 
 # An upload's temp file older than this belongs to an upload that died.
 UPLOAD_TEMP_AGE = timedelta(hours=1)
@@ -226,10 +228,10 @@ class CleanupActivities:
         s, db = self.settings, self.resources.db
         if kind == OrphanKind.EVENTS:
             table, before = EVENTS_TABLE, datetime.now(UTC) - timedelta(s.event_retention_days)
-            count, last = await db.events.older_than(before)
+            count, last = await EventStore(db).older_than(before)
         else:
             table, before = AUDIT_TABLE, datetime.now(UTC) - timedelta(s.audit_retention_days)
-            count, last = await db.audit.older_than(before)
+            count, last = await AuditLog(db).older_than(before)
         if not count or last is None:
             return []
         return [CleanupItem(kind=kind, name=table, count=count, before=before, up_to_id=last)]
@@ -369,7 +371,7 @@ class CleanupActivities:
         if item.before is None or item.up_to_id is None:
             raise bad_input("InvalidPlan", f"rows item {item.name!r} has no cutoff")
         db = self.resources.db
-        store = db.events if item.kind == OrphanKind.EVENTS else db.audit
+        store = EventStore(db) if item.kind == OrphanKind.EVENTS else AuditLog(db)
         # Bounded batches: each its own short transaction; the heartbeat runs meanwhile.
         while await store.delete_older_than(item.before, item.up_to_id):
             pass

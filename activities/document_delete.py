@@ -20,11 +20,11 @@ from knowledgeops.contracts.document_delete import (
     StopImportRequest,
     StoppedImport,
 )
+from knowledgeops.db.audit import audit_row
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.document_removal import remove_document
 from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.resources import Resources
-from knowledgeops.stores.audit import audit_row
-from knowledgeops.stores.catalogue import DocumentCatalogue
 
 # How often the stop step looks whether the import has closed.
 STOP_POLL_SECONDS = 0.5

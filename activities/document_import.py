@@ -25,6 +25,7 @@ from knowledgeops.contracts.document_import import (
     PublishResult,
     VersionRequest,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.errors import DocumentError
 from knowledgeops.files import chunk_store, file_store
 from knowledgeops.files.chunk_store import sections_file
@@ -32,7 +33,6 @@ from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
 
 
 class ImportActivities:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from temporalio import activity
 
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS, TaskEvent
+from knowledgeops.db.events import EventStore
 from knowledgeops.observability import metrics
 from knowledgeops.resources import Resources
 
 
 class EventActivities:
     def __init__(self, resources: Resources) -> None:
-        self.db = resources.db
+        self.events = EventStore(resources.db)
 
     @activity.defn(name=RECORD_TASK_EVENTS.name)
     async def record_task_events(self, events: list[TaskEvent]) -> int:
-        return await self.db.events.record(events, on_new=metrics.task_event)
+        return await self.events.record(events, on_new=metrics.task_event)

@@ -23,6 +23,8 @@ from knowledgeops.contracts.indexing import (
     DocumentPage,
     ListDocumentsRequest,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.sql import now
 from knowledgeops.errors import EmbeddingRejectedError
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.ingest.indexing import (
@@ -33,8 +35,6 @@ from knowledgeops.ingest.indexing import (
 )
 from knowledgeops.models.embedding import Embedder
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.sql import now
 
 R = TypeVar("R", EmbedRequest, UpsertRequest)
 

@@ -21,13 +21,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.support import Heartbeater, bad_input, resume_from
 from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import Chunk, ChunkReader
 from knowledgeops.files.data_files import DataFiles
 from knowledgeops.files.outputs import LEGACY_WORK, OutputStore, WorkFiles, check_task_id
 from knowledgeops.models.chat import ChatModel
 from knowledgeops.models.embedding import token_upper_bound
 from knowledgeops.storage.store import Store
-from knowledgeops.stores.live_versions import LiveVersions
 
 P = TypeVar("P", bound=BaseModel)
 

@@ -30,13 +30,13 @@ from knowledgeops.contracts.indexing import (
     SwitchRequest,
     SwitchResult,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.sql import now
 from knowledgeops.files import chunk_store
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.points import INDEX_PREFIX
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.sql import now
 
 
 def rebuilt_version(tag: str, source: str | None) -> str:

@@ -42,11 +42,11 @@ from knowledgeops.contracts.review_cards import (
     StoreCardsResult,
     WorkRequest,
 )
+from knowledgeops.db.review_cards import ReviewCards, card_id_for, fsrs_card_id
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.local import review_cards as local
 from knowledgeops.resources import Resources
-from knowledgeops.stores.review_cards import ReviewCards, card_id_for, fsrs_card_id
 
 # Cards a group is asked for at most, whatever max_cards is (a longer answer risks the cut-off).
 MAX_CARDS_PER_GROUP = 20

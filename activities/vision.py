@@ -35,13 +35,13 @@ from knowledgeops.contracts.vision import (
     VisionOutput,
     VisionResult,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.files import file_store
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.formats import image_format
 from knowledgeops.models.chat import ChatModel, image_part
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
 
 # Longest side of the image a model is sent, in pixels.
 MAX_SIDE = 2048

@@ -1,5 +1,5 @@
 """How fast the admin task list (GET /v1/admin/tasks) pages at 100,000 tasks, served from the
-projection of the domain events (knowledgeops/stores/task_list.py).
+projection of the domain events (knowledgeops/db/task_list.py).
 
     .venv/bin/python -m bench.admin_tasks [--tasks 100000] [--repeat 200]
         [--database-url postgresql+asyncpg://user@host:port/empty_db] [--plans]
@@ -36,9 +36,10 @@ from sqlalchemy import select, text
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
+from knowledgeops.db.task_list import TABLE, ListKey, TaskList, key_of
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.task_list import TABLE, ListKey, key_of
 from starter.task_listing import summary_of
 from starter.task_queries import TaskPage
 
@@ -112,7 +113,7 @@ async def fill(db: Database, n: int, seed: int) -> None:
     for i in range(n):
         if rng.random() < PENDING_SHARE:
             task_type = rng.choice([t for t, _ in TYPES])
-            await db.task_list.seed(
+            await TaskList(db).seed(
                 task_id=task_type.task_name(f"{rng.getrandbits(64):016x}"),
                 run_id="r1",
                 task_type=task_type.value,
@@ -121,9 +122,9 @@ async def fill(db: Database, n: int, seed: int) -> None:
             continue
         batch += task_events(rng, i, n)
         if len(batch) >= BATCH:
-            recorded += await db.events.record(batch)
+            recorded += await EventStore(db).record(batch)
             batch = []
-    recorded += await db.events.record(batch)
+    recorded += await EventStore(db).record(batch)
     elapsed = time.perf_counter() - started
     print(
         f"  filled: {n:,} tasks, {recorded:,} events through EventStore.record in "
@@ -134,7 +135,7 @@ async def fill(db: Database, n: int, seed: int) -> None:
 
 async def page_json(db: Database, after: ListKey | None = None, **query: Any) -> int:
     """What the API does for one page, without HTTP; returns the rows listed."""
-    rows, more = await db.task_list.page(after=after, limit=PAGE, **query)
+    rows, more = await TaskList(db).page(after=after, limit=PAGE, **query)
     page = TaskPage(
         items=[summary_of(r) for r in rows],
         next_cursor=key_of(rows[-1]).encode() if more else None,
@@ -162,7 +163,7 @@ async def walk(db: Database, expected: int) -> None:
     after: ListKey | None = None
     while True:
         t = time.perf_counter()
-        rows, more = await db.task_list.page(after=after, limit=PAGE)
+        rows, more = await TaskList(db).page(after=after, limit=PAGE)
         TaskPage(items=[summary_of(r) for r in rows], next_cursor=None).model_dump_json()
         ms.append((time.perf_counter() - t) * 1000)
         for r in rows:
@@ -214,14 +215,18 @@ async def plans(db: Database, queries: dict[str, dict[str, Any]], after: ListKey
     explain = "EXPLAIN QUERY PLAN " if db.engine.dialect.name == "sqlite" else "EXPLAIN "
     async with db.sessions() as s:
         for label, query in queries.items():
-            q = db.task_list.page_query(
-                query.get("task_type"),
-                (query.get("statuses") or [None])[0],
-                query.get("since"),
-                query.get("until"),
-                "",
-                after,
-            ).limit(PAGE + 1)
+            q = (
+                TaskList(db)
+                .page_query(
+                    query.get("task_type"),
+                    (query.get("statuses") or [None])[0],
+                    query.get("since"),
+                    query.get("until"),
+                    "",
+                    after,
+                )
+                .limit(PAGE + 1)
+            )
             # Compiled with named parameters, which text() binds in either dialect.
             compiled = q.compile()
             stmt = text(explain + str(compiled)).bindparams(**compiled.params)
@@ -258,7 +263,7 @@ async def run(url: str, data_dir: Path, tasks: int, repeat: int, show_plans: boo
             lambda: page_json(db, after=deep_key),
             repeat,
         )
-        rare_rows, _ = await db.task_list.page(task_type=rare, limit=10**6)
+        rare_rows, _ = await TaskList(db).page(task_type=rare, limit=10**6)
         rare_key = key_of(rare_rows[int(len(rare_rows) * 0.9)])
         await timed(
             f"deep page ({int(len(rare_rows) * 0.9):,} of {len(rare_rows):,}), type (1 %)",

@@ -26,7 +26,7 @@ from bench.common import (
     write_corpus,
 )
 from knowledgeops.config.settings import Settings
-from knowledgeops.stores.database import Database
+from knowledgeops.db.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService
 from starter.service import TaskQueueService

@@ -40,6 +40,7 @@ from knowledgeops.contracts.document_import import (
     UpsertCheckpoint,
     UpsertRequest,
 )
+from knowledgeops.db.database import Database
 from knowledgeops.files import file_store
 from knowledgeops.files.chunk_store import ChunkReader, remove_other_versions, sections_file
 from knowledgeops.index.opening import open_index
@@ -47,7 +48,6 @@ from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.ingest.indexing import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.models.embedding import make_embedder
-from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService, derive_document_id
 from starter.service import TaskQueueService

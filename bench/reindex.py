@@ -25,7 +25,7 @@ import httpx
 from bench.common import bench_settings, temporal_server, worker_process, write_corpus
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.indexing import ReindexOptions
-from knowledgeops.stores.database import Database
+from knowledgeops.db.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService
 from starter.reindex import start_reindex

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from bench.common import ROOT, bench_settings, env_for
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port
 from starter.documents import DocumentService

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from bench.common import ROOT, bench_settings, temporal_server, worker_process, write_corpus
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
@@ -109,7 +110,7 @@ async def sample(data_dir: Path, out: Path, address: str, work: Path) -> None:
     settings = bench_settings(data_dir, address)
     db = await Database.open(settings)
     now = datetime.now(UTC)
-    await db.events.record(history(now - timedelta(hours=1), runs=420))
+    await EventStore(db).record(history(now - timedelta(hours=1), runs=420))
     client = await connect(settings)
     service = TaskQueueService(client, settings, db)
     documents = DocumentService(service, db, settings, None)

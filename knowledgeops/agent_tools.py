@@ -17,13 +17,13 @@ from pydantic import ValidationError
 
 from knowledgeops.contracts.agent import ChildStart, ToolName
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.errors import validation_text
 from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.index.points import Scope as IndexScope
 from knowledgeops.models.embedding import OnWait
 from knowledgeops.registry.task_types import REGISTRY, TaskQueue, TaskType
 from knowledgeops.resources import Resources
-from knowledgeops.stores.catalogue import DocumentCatalogue
 
 MAX_HITS = 20
 MAX_READ_CHUNKS = 20

@@ -10,13 +10,13 @@ from __future__ import annotations
 from temporalio.client import Client
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.audit import AuditRow
+from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.files import file_store
 from knowledgeops.files.data_files import DataFiles, open_storage
 from knowledgeops.index.live import index_collections
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.live_imports import live_import_inputs
-from knowledgeops.stores.audit import AuditRow
-from knowledgeops.stores.catalogue import DocumentCatalogue
 
 
 async def hide_document(

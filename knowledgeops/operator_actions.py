@@ -28,9 +28,10 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.db.audit import AuditLog, audit_row
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.stores.audit import audit_row
-from knowledgeops.stores.database import Database
 from knowledgeops.temporal import OUR_IDENTITY
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class OperatorActions:
         self.client = client
         self.settings = settings
         self.db = db
+        self.events = EventStore(db)
+        self.audit = AuditLog(db)
         self._since: datetime | None = None
         # Runs already read, by close time: a run is read once, not once per overlapping pass.
         self._seen: dict[tuple[str, str], datetime] = {}
@@ -91,7 +94,7 @@ class OperatorActions:
         # One query instead of a describe per run (measured: describing each closed run cost
         # 1000 small imports 16.5 -> 19.6 documents/s): a run that recorded its own first
         # event began here, so only an operator's close of it needs its history read.
-        began_here = await self.db.events.began_here(fresh)
+        began_here = await self.events.began_here(fresh)
         written = 0
         for w in closed:
             written += await self._closed(w, (w.id, w.run_id) in began_here)
@@ -118,7 +121,7 @@ class OperatorActions:
             if action is not None:
                 kind, actor, reason, details = action
                 row = audit_row(actor, kind, [w.id], reason, "done", details | {"run_id": w.run_id})
-                written += await self.db.audit.record_once(f"{w.id}/{w.run_id}/{e.event_id}", row)
+                written += await self.audit.record_once(f"{w.id}/{w.run_id}/{e.event_id}", row)
         closing = _CLOSINGS.get(w.status) if w.status is not None else None
         if closing is not None:
             written += await self._closing(w, task_type, closing, *terminated_by)
@@ -152,7 +155,7 @@ class OperatorActions:
             error=error or "the task ran past its execution timeout",
             data=data,
         )
-        return await self.db.events.record([event])
+        return await self.events.record([event])
 
     async def _document_of(self, w: WorkflowExecution) -> str | None:
         """The document an import run was about (projections key on it), from its input."""

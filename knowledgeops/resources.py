@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.db.database import Database
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.data_files import DataFiles, open_storage
 from knowledgeops.index.live import (
     LIVE_INDEX_KEY,
@@ -29,8 +31,6 @@ from knowledgeops.models.chat import ChatModel, make_chat_model
 from knowledgeops.models.embedding import Embedder, OnWait, make_embedder
 from knowledgeops.models.rerank import Reranker, make_reranker
 from knowledgeops.storage.store import Store, StoredObjectMissing
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_versions import LiveVersions
 
 
 class IndexNotOpenError(RuntimeError):

@@ -34,6 +34,8 @@ from knowledgeops.backup_archive import (
 )
 from knowledgeops.backup_export import unpacked
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database, migrate_to_head
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files import chunk_store, file_store
 from knowledgeops.files.data_files import DataFiles, open_storage
 from knowledgeops.index.engine import IndexLockedError, Kind
@@ -43,8 +45,6 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.points import kind_of
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.stores.backups import pool_dir
-from knowledgeops.stores.database import Database, migrate_to_head
-from knowledgeops.stores.live_versions import LiveVersions
 
 _TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
 

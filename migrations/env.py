@@ -8,8 +8,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import knowledgeops.stores.catalogue  # noqa: F401  (its table joins the metadata)
-from knowledgeops.stores.database import Base
+import knowledgeops.db.catalogue  # noqa: F401  (its table joins the metadata)
+from knowledgeops.db.database import Base
 
 target_metadata = Base.metadata
 

@@ -7,8 +7,8 @@ import argparse
 import json
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.review_cards import ReviewCards
+from knowledgeops.db.database import Database
+from knowledgeops.db.review_cards import ReviewCards
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:

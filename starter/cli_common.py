@@ -26,7 +26,7 @@ def actor() -> str:
 @asynccontextmanager
 async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
     """A TaskQueueService with the database (the audit log and the document catalogue)."""
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
     from knowledgeops.temporal import connect
     from starter.service import TaskQueueService
 

@@ -17,9 +17,9 @@ def add_parser(sub: Any) -> None:
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
+    from knowledgeops.db.database import Database
     from knowledgeops.index import legacy
     from knowledgeops.index.opening import migrate_legacy
-    from knowledgeops.stores.database import Database
 
     if settings.qdrant_url:
         print("QDRANT_URL is set: the index is that server's; nothing to migrate here")

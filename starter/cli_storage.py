@@ -22,10 +22,10 @@ def add_parser(sub: Any) -> None:
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
+    from knowledgeops.db.database import Database
+    from knowledgeops.db.live_versions import LiveVersions
     from knowledgeops.files.data_files import check_storage, open_storage
     from knowledgeops.stores.data_upload import upload_data_folder
-    from knowledgeops.stores.database import Database
-    from knowledgeops.stores.live_versions import LiveVersions
 
     await check_storage(settings)
     files = open_storage(settings)[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.files.data_files import DataFiles
-from knowledgeops.stores.live_versions import LiveVersions
 
 # The largest page one request reads (the API's `limit` bound).
 MAX_CHUNK_PAGE = 500

@@ -17,6 +17,9 @@ from knowledgeops.contracts.document_import import (
     DocumentImportPayload,
     DocumentMetadata,
 )
+from knowledgeops.db.catalogue import DocumentCatalogue, DocumentRow
+from knowledgeops.db.database import Database
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.document_removal import hide_document
 from knowledgeops.errors import DocumentError
 from knowledgeops.files import file_store
@@ -26,9 +29,6 @@ from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import model_id_for
 from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
-from knowledgeops.stores.catalogue import DocumentCatalogue, DocumentRow
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_versions import LiveVersions
 from starter import document_chunks
 from starter.admission import FILE_BYTES_MEMO, Admission
 from starter.document_chunks import ChunkPage

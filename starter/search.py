@@ -9,13 +9,13 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from knowledgeops.contracts.search import SearchMode
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.database import Database
 from knowledgeops.index.live import nearest
 from knowledgeops.index.points import Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder
 from knowledgeops.models.rerank import Reranker
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.database import Database
 
 
 class SearchHit(BaseModel):

@@ -2,7 +2,7 @@
 
 Temporal is the source of truth for task state: status is read from the workflow execution
 (description, memo, pending activities' heartbeat details). The admin task list is a read
-model of the domain events (knowledgeops/stores/task_list.py), for listing only; a run started
+model of the domain events (knowledgeops/db/task_list.py), for listing only; a run started
 here is listed there as pending at once, before any worker records its events.
 """
 
@@ -33,6 +33,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
+from knowledgeops.db.audit import AuditLog
+from knowledgeops.db.database import Database
+from knowledgeops.db.task_list import ListKey
 from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.registry.task_types import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
@@ -42,8 +45,6 @@ from knowledgeops.registry.task_types import (
     spec_for,
     task_search_attributes,
 )
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.task_list import ListKey
 from starter import task_queries as tq
 from starter.task_listing import list_started, list_tasks
 from starter.task_models import (
@@ -344,7 +345,7 @@ class TaskQueueService:
     ) -> None:
         """Record a manual action in the audit log (when this service has a database)."""
         if self.db is not None:
-            await self.db.audit.record(actor, action, task_ids, reason, outcome, details)
+            await AuditLog(self.db).record(actor, action, task_ids, reason, outcome, details)
 
     async def handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
         """The Temporal handle of one of this system's tasks (else TaskNotFoundError), for what

@@ -1,5 +1,5 @@
 """The admin task list (GET /v1/admin/tasks): pages of the projection of the domain events
-(knowledgeops/stores/task_list.py), asking Temporal only what events cannot tell: whether a
+(knowledgeops/db/task_list.py), asking Temporal only what events cannot tell: whether a
 worker began an open task. And the service's note of a run it started, listed before any
 worker records its events."""
 
@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.task_list import OPEN_STATUSES, ListKey, TaskListEntry, key_of
+from knowledgeops.db.database import Database
+from knowledgeops.db.task_list import OPEN_STATUSES, ListKey, TaskList, TaskListEntry, key_of
 from starter.task_models import TaskRef
 from starter.task_queries import TaskFilter, TaskPage, TaskSummary, is_pending
 
@@ -47,7 +47,7 @@ async def list_tasks(
     if flt.status in ("pending", "running"):
         return await _open_tasks(client, db, flt.status, scope, limit, after)
     statuses = (flt.status,) if flt.status else ()
-    rows, more = await db.task_list.page(statuses=statuses, after=after, limit=limit, **scope)
+    rows, more = await TaskList(db).page(statuses=statuses, after=after, limit=limit, **scope)
     return TaskPage(
         items=[summary_of(r) for r in rows], next_cursor=key_of(rows[-1]).encode() if more else None
     )
@@ -74,7 +74,7 @@ async def _open_tasks(
     items: list[TaskSummary] = []
     budget = max(MIN_OPEN_ROWS_CHECKED, 2 * limit)
     while True:
-        rows, more = await db.task_list.page(statuses=statuses, after=after, limit=limit, **scope)
+        rows, more = await TaskList(db).page(statuses=statuses, after=after, limit=limit, **scope)
         verdicts = iter(await asyncio.gather(*(check(r) for r in rows if r.status == "running")))
         for i, row in enumerate(rows):
             status = next(verdicts) if row.status == "running" else row.status
@@ -130,7 +130,7 @@ async def list_started(
     if db is None or ref.run_id is None:
         return
     try:
-        await db.task_list.seed(
+        await TaskList(db).seed(
             task_id=ref.task_id,
             run_id=ref.run_id,
             task_type=ref.task_type.value,

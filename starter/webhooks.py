@@ -28,7 +28,9 @@ from standardwebhooks import Webhook
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import StoredEvent
-from knowledgeops.stores.database import Database
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
+from knowledgeops.db.webhook_cursors import WebhookCursors
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
@@ -81,6 +83,8 @@ class WebhookDispatcher:
         first_backoff: float = 1.0,
     ) -> None:
         self.db = db
+        self.cursors = WebhookCursors(db)
+        self.events = EventStore(db)
         self.urls = urls
         self.signer = Webhook(key)
         self.max_attempts = max_attempts
@@ -135,12 +139,12 @@ class WebhookDispatcher:
     async def _step(self, http: httpx.AsyncClient, state: _Url) -> Literal["idle", "more", "retry"]:
         """Deliver the events after the cursor until one fails ("retry") or none is left."""
         if state.cursor is None:
-            state.cursor = await self.db.webhook_cursors.get(state.url)
-        events = await self.db.events.after(state.cursor, BATCH)
+            state.cursor = await self.cursors.get(state.url)
+        events = await self.events.after(state.cursor, BATCH)
         for ev in events:
             attempt = await self.post(http, state.url, ev)
             if attempt.ok:
-                await self.db.webhook_cursors.set(state.url, ev.seq)
+                await self.cursors.set(state.url, ev.seq)
             else:
                 failing = state.failing
                 if failing is None or failing.seq != ev.seq:
@@ -156,7 +160,7 @@ class WebhookDispatcher:
                         state.backoff,
                     )
                     return "retry"
-                await self.db.webhook_cursors.give_up(
+                await self.cursors.give_up(
                     state.url,
                     ev,
                     attempts=failing.attempts,

@@ -21,14 +21,14 @@ from pydantic_settings import BaseSettings
 from temporalio.client import Client
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.chat import make_chat_model
 from knowledgeops.models.embedding import Embedder, make_embedder
 from knowledgeops.resources import Resources
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_versions import LiveVersions
 from knowledgeops.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 from starter.documents import DocumentService

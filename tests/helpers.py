@@ -22,11 +22,11 @@ from temporalio.client import Client
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS
+from knowledgeops.db.database import Database
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import sections_file
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_versions import LiveVersions
 from starter.http.app import create_app
 from starter.http.runtime import Runtime
 

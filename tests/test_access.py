@@ -15,11 +15,11 @@ from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.audit import AuditRow
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.database import Database
 from knowledgeops.files import file_store
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.stores.audit import AuditRow
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.database import Database
 from knowledgeops.temporal import connect
 from starter.processes import serve_api_only
 from tests.conftest import API_TOKEN, EXAMPLES, running_api

@@ -12,9 +12,10 @@ from typing import Any
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores.database import Database
 from tests.conftest import (
     EXAMPLES,
     Env,
@@ -180,7 +181,7 @@ async def test_cancel_during_a_slow_tool_call_stops_it(
         # The tool stopped while its request was still held: the cancel did not wait for it.
         assert fake_openai.held == 1
         fake_openai.release()
-        events = await env.db.events.after(task_id=ref.task_id)
+        events = await EventStore(env.db).after(task_id=ref.task_id)
     print(f"\ncancel during a tool call took {took:.1f}s")
     assert st.status == "cancelled"
     assert took < 10, took  # the tool heartbeats every second: it learns of the cancel then
@@ -295,7 +296,7 @@ async def test_follow_up_messages_child_task_and_continue_as_new(
     assert len(runs) >= 2, runs  # continued as new at least once
     db = await Database.open(cfg)
     try:
-        events = [e.event_type for e in await db.events.after(task_id=task_id)]
+        events = [e.event_type for e in await EventStore(db).after(task_id=task_id)]
     finally:
         await db.close()
     # One task across its runs: started once, ended once.

@@ -25,15 +25,15 @@ from knowledgeops.contracts.cleanup import (
     RemoveCheckpoint,
     RemoveOrphansRequest,
 )
+from knowledgeops.db.audit import AuditLog, AuditRow
+from knowledgeops.db.events import EventRow, EventStore
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files import file_store
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.resources import Resources
 from knowledgeops.stores import backups
-from knowledgeops.stores.audit import AuditRow
-from knowledgeops.stores.events import EventRow
-from knowledgeops.stores.live_versions import LiveVersions
 from starter.search import search
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import EXAMPLES, Env, running_env
@@ -220,12 +220,12 @@ async def test_cleanup_lists_then_removes_exactly_the_orphans(
             ):
                 assert needed.exists(), needed
             assert await pointers.documents() == {"kept", "shared-a"}
-            events = await env.db.events.after(limit=1000)
+            events = await EventStore(env.db).after(limit=1000)
             assert "test/old" not in {e.event_id for e in events}
             assert "test/young" in {e.event_id for e in events}
             assert env.documents.import_task_id("kept") in {e.task_id for e in events}
             # The delete's two (requested, deleted) and the young one.
-            assert len(await env.db.audit.records(actor="test")) == 3
+            assert len(await AuditLog(env.db).records(actor="test")) == 3
 
             for doc, query in (("kept", "spaced repetition"), ("shared-a", "Paragraph 3")):
                 hits = await search(store, env.embedder, query, k=3, document_id=doc)

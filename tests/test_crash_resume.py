@@ -20,10 +20,11 @@ import pytest
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.database import Database
 from tests.conftest import openai_settings, running_env, start_worker_process, stop_process
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
@@ -116,7 +117,7 @@ async def _stopped_mid_embedding(
     assert points == total
     db = await Database.open(cfg)
     try:
-        events = await db.events.after(task_id=ref.task_id)
+        events = await EventStore(db).after(task_id=ref.task_id)
         row = await DocumentCatalogue(db).get(ref.document_id)
     finally:
         await db.close()

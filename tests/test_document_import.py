@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.search import SearchMode
-from knowledgeops.stores.catalogue import DocumentCatalogue
+from knowledgeops.db.catalogue import DocumentCatalogue
 from starter.search import search
 from starter.task_models import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
@@ -369,10 +369,10 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
 ) -> None:
     """The same bytes are one stored file. An import no worker has begun has no catalogue row
     yet; deleting another document with that file must still leave the file to it."""
+    from knowledgeops.db.audit import audit_row
+    from knowledgeops.db.database import Database
     from knowledgeops.document_removal import remove_document
     from knowledgeops.index.opening import open_index
-    from knowledgeops.stores.audit import audit_row
-    from knowledgeops.stores.database import Database
     from knowledgeops.temporal import connect
     from starter.documents import DocumentService
     from starter.service import TaskQueueService

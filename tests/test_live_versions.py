@@ -5,9 +5,9 @@ go with the document's next publish or delete."""
 from __future__ import annotations
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import ChunkReader, ChunkWriter
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.live_versions import LiveVersions
 
 
 def _version(settings: Settings, doc: str, version: str, text: str) -> None:

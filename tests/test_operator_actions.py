@@ -10,6 +10,8 @@ from pathlib import Path
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
+from knowledgeops.db.audit import AuditLog
+from knowledgeops.db.events import EventStore
 from knowledgeops.operator_actions import OperatorActions
 from starter.dev_server import temporal_binary
 from tests.conftest import Env, openai_settings, running_env
@@ -39,12 +41,12 @@ async def reconcile_until(
             f'WorkflowId STARTS_WITH "{env.settings.prefix}" AND CloseTime IS NOT NULL'
         )
     ]
-    audit = [(r.action, r.actor, r.task_ids) for r in await env.db.audit.records()]
+    audit = [(r.action, r.actor, r.task_ids) for r in await AuditLog(env.db).records()]
     raise AssertionError(f"the reconciler recorded nothing; closed: {closed}; audit: {audit}")
 
 
 async def event_types(env: Env, task_id: str) -> list[EventType]:
-    return [e.event_type for e in await env.db.events.after(task_id=task_id)]
+    return [e.event_type for e in await EventStore(env.db).after(task_id=task_id)]
 
 
 async def test_a_reset_in_temporal_is_a_retry_and_is_audited(
@@ -73,14 +75,14 @@ async def test_a_reset_in_temporal_is_a_retry_and_is_audited(
         assert done.status == "completed", done.last_error
 
         async def audited() -> bool:
-            return bool(await env.db.audit.records(action="reset"))
+            return bool(await AuditLog(env.db).records(action="reset"))
 
         await reconcile_until(env, audited)
-        [record] = await env.db.audit.records(action="reset")
+        [record] = await AuditLog(env.db).records(action="reset")
         assert record.task_ids == [ref.task_id] and record.reason == "operator retry via CLI"
         assert record.actor not in ("", "temporal", "history-service")
         assert record.details["base_run_id"] == old_run
-        events = await env.db.events.after(task_id=ref.task_id)
+        events = await EventStore(env.db).after(task_id=ref.task_id)
         assert [e.event_type for e in events] == [
             EventType.TASK_ENQUEUED,
             EventType.TASK_STARTED,
@@ -130,28 +132,28 @@ async def test_cancel_and_terminate_in_temporal_are_audited_and_closed(
         assert [st.status for st in closed] == ["cancelled", "terminated", "cancelled"]
 
         async def all_recorded() -> bool:
-            actions = {r.action for r in await env.db.audit.records(task_id=b.task_id)}
+            actions = {r.action for r in await AuditLog(env.db).records(task_id=b.task_id)}
             return "terminate" in actions and bool(
-                await env.db.audit.records(task_id=a.task_id, action="cancel")
+                await AuditLog(env.db).records(task_id=a.task_id, action="cancel")
             )
 
         await reconcile_until(env, all_recorded)
-        [cancel_a] = await env.db.audit.records(task_id=a.task_id)
+        [cancel_a] = await AuditLog(env.db).records(task_id=a.task_id)
         assert cancel_a.action == "cancel" and cancel_a.actor.startswith("temporal-cli")
         assert await event_types(env, a.task_id) == [
             EventType.TASK_ENQUEUED,
             EventType.TASK_STARTED,
             EventType.TASK_CANCELLED,
         ]
-        [term_b] = await env.db.audit.records(task_id=b.task_id)
+        [term_b] = await AuditLog(env.db).records(task_id=b.task_id)
         assert (term_b.action, term_b.reason) == ("terminate", "stuck on a bad file")
-        events_b = await env.db.events.after(task_id=b.task_id)
+        events_b = await EventStore(env.db).after(task_id=b.task_id)
         assert [e.event_type for e in events_b][-1] == EventType.TASK_TERMINATED
         assert "stuck on a bad file" in (events_b[-1].error or "")
         row_b = await env.documents.catalogue.get(b.document_id)
         assert row_b is not None and row_b.status == "failed"
         # Our own cancel was audited where it happened, once; the reconciler skips it.
-        assert [(r.action, r.actor) for r in await env.db.audit.records(task_id=c.task_id)] == [
+        assert [(r.action, r.actor) for r in await AuditLog(env.db).records(task_id=c.task_id)] == [
             ("cancel", "alice")
         ]
         # A restarted reconciler reads the same histories and writes nothing twice.
@@ -174,8 +176,8 @@ async def test_a_reset_to_the_last_workflow_task_replays_and_is_audited(
         assert st.status == "completed", st.last_error
 
         async def audited() -> bool:
-            return bool(await env.db.audit.records(action="reset", task_id=ref.task_id))
+            return bool(await AuditLog(env.db).records(action="reset", task_id=ref.task_id))
 
         await reconcile_until(env, audited)
-        [record] = await env.db.audit.records(action="reset", task_id=ref.task_id)
+        [record] = await AuditLog(env.db).records(action="reset", task_id=ref.task_id)
         assert record.reason == "late"

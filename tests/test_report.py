@@ -22,12 +22,12 @@ from knowledgeops.contracts.report import (
     RenderRequest,
     ReportGeneratePayload,
 )
+from knowledgeops.db.audit import AuditRow
+from knowledgeops.db.catalogue import DocumentRow
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventRow
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.reporting import EventTally, build_report, failure_kind, knowledge_base
-from knowledgeops.stores.audit import AuditRow
-from knowledgeops.stores.catalogue import DocumentRow
-from knowledgeops.stores.database import Database
-from knowledgeops.stores.events import EventRow
 from tests.conftest import EXAMPLES, openai_settings, running_api, running_env
 from tests.fake_openai import FakeOpenAI
 

@@ -19,11 +19,11 @@ from fsrs import Card, Rating, Scheduler, State
 from activities.map_reduce import plan_groups
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.review_cards import CLOZE_BLANK
+from knowledgeops.db.review_cards import ReviewCards
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.local import review_cards as local
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores.review_cards import ReviewCards
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.terms import term_counts
 from starter.task_models import PayloadInvalidError

@@ -10,6 +10,7 @@ import sys
 from datetime import datetime
 
 from knowledgeops import schedules
+from knowledgeops.db.audit import AuditLog
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from tests.conftest import ROOT, Env, settings_env
 
@@ -73,7 +74,7 @@ async def test_schedules_are_idempotent_and_trigger_their_workflow(env: Env) -> 
     assert len(runs) == 1, runs
     st = await env.service.wait(runs[0], timeout=90)
     assert st.status == "completed", st.last_error
-    audit = await env.db.audit.records(action="schedule_trigger")
+    audit = await AuditLog(env.db).records(action="schedule_trigger")
     assert [a.task_ids for a in audit] == [
         [schedules.schedule_id(env.settings, TaskType.REPORT_GENERATE)]
     ]

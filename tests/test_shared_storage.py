@@ -15,6 +15,8 @@ from pathlib import Path
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.document_import import ChunkingOptions
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files import file_store
 from knowledgeops.files.data_files import open_storage
 from knowledgeops.files.outputs import OutputStore
@@ -22,8 +24,6 @@ from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.resources import Resources
 from knowledgeops.storage.local import LocalStore
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.live_versions import LiveVersions
 from starter.search import search
 from tests.conftest import EXAMPLES, ROOT, running_env, settings_env
 from tests.s3_server import rclone_s3

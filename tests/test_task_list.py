@@ -15,8 +15,9 @@ from alembic.config import Config
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.stores.database import MIGRATIONS_DIR, Database
-from knowledgeops.stores.task_list import TABLE, TaskListEntry, row_of, state_of
+from knowledgeops.db.database import MIGRATIONS_DIR, Database
+from knowledgeops.db.events import EventStore
+from knowledgeops.db.task_list import TABLE, TaskList, TaskListEntry, row_of, state_of
 from tests.conftest import EXAMPLES, running_api
 
 E = EventType
@@ -104,9 +105,9 @@ async def record_scenario(db: Database, task: str, name: str, rng: random.Random
     history = [ev(task, run, kind, at, **data) for run, kind, at, data in SCENARIOS[name][0]]
     rng.shuffle(history)
     for e in history:
-        assert await db.events.record([e]) == 1
+        assert await EventStore(db).record([e]) == 1
         if rng.random() < 0.3:
-            assert await db.events.record([e]) == 0
+            assert await EventStore(db).record([e]) == 0
 
 
 async def test_rows_are_the_same_whatever_order_events_arrive_in(settings: Settings) -> None:
@@ -117,7 +118,7 @@ async def test_rows_are_the_same_whatever_order_events_arrive_in(settings: Setti
             for n in range(15):
                 task = f"{name}-{n}"
                 await record_scenario(db, task, name, rng)
-                assert await db.task_list.get(task) == entry(task, *want), (name, n)
+                assert await TaskList(db).get(task) == entry(task, *want), (name, n)
     finally:
         await db.close()
 
@@ -139,21 +140,21 @@ async def test_the_service_lists_a_run_before_its_events_and_they_win(settings: 
         for task, order in orders.items():
             for step in order:
                 if step == "seed":
-                    await db.task_list.seed(
+                    await TaskList(db).seed(
                         task_id=task, run_id="r1", task_type="AI_ANALYSIS",
                         document_id="d9", owner="bob",
                     )  # fmt: skip
                     continue
                 offset = {E.TASK_ENQUEUED: 0.0, E.TASK_STARTED: 0.2, E.TASK_COMPLETED: 0.5}[step]
-                await db.events.record([at(task, step, offset)])
-            row = await db.task_list.get(task)
+                await EventStore(db).record([at(task, step, offset)])
+            row = await TaskList(db).get(task)
             assert row is not None
             # The event's start (Temporal's) replaces the service's note; the owner only the
             # service knew stays.
             assert (row.status, row.started_at, row.attempts) == ("completed", start, 1), task
             assert (row.document_id, row.owner, row.task_type) == ("d9", "bob", "AI_ANALYSIS")
-        await db.task_list.seed(task_id="queued", run_id="q1", task_type="AI_ANALYSIS")
-        queued = await db.task_list.get("queued")
+        await TaskList(db).seed(task_id="queued", run_id="q1", task_type="AI_ANALYSIS")
+        queued = await TaskList(db).get("queued")
         assert queued is not None and (queued.status, queued.attempts) == ("pending", 0)
         assert queued.picked_up_at is None and queued.closed_at is None
     finally:
@@ -299,7 +300,7 @@ async def test_cursor_walks_every_task_once_newest_first(settings: Settings) -> 
                 events.append(ev(task, "r1", t["closing"], t["at"] + 0.5, t["type"]))
         # Another deployment's task (another prefix) in the same database: never listed.
         events.append(ev("elsewhere-1", "r1", E.TASK_ENQUEUED, 10, "AI_ANALYSIS"))
-        await db.events.record(events)
+        await EventStore(db).record(events)
     finally:
         await db.close()
     status = {E.TASK_COMPLETED: "completed", E.TASK_FAILED: "failed", None: "running"}

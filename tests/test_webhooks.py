@@ -27,7 +27,9 @@ from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.stores.database import Database
+from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
+from knowledgeops.db.webhook_cursors import WebhookCursors
 from starter.dev_server import free_port
 from starter.webhooks import WebhookDispatcher
 from tests.conftest import API_TOKEN, EXAMPLES, Api, HermeticSettings, running_api
@@ -241,10 +243,10 @@ async def test_a_failing_event_is_given_up_as_dead_and_later_ones_flow(
     raw_secret = "a raw shared secret of 32 bytes!"
     db = await Database.open(settings)
     now = datetime.now(UTC)
-    await db.events.record(
+    await EventStore(db).record(
         [_event(1, now), _event(2, now), _event(3, now), _event(4, now), _event(5, now)]
     )
-    await db.events.record([_event(6, now - timedelta(days=2)), _event(7, now)])
+    await EventStore(db).record([_event(6, now - timedelta(days=2)), _event(7, now)])
     answers["ev6"] = 503
     dispatcher = WebhookDispatcher(
         db,
@@ -259,7 +261,7 @@ async def test_a_failing_event_is_given_up_as_dead_and_later_ones_flow(
     try:
         await _until(lambda: len(receiver.accepted) >= 2, 20)
         # The cursor is written after the receiver answered: wait for it, don't assume it.
-        await eventually(lambda: db.webhook_cursors.get(receiver.url), lambda seq: seq == 7)
+        await eventually(lambda: WebhookCursors(db).get(receiver.url), lambda seq: seq == 7)
     finally:
         stop.set()
         await run
@@ -274,7 +276,7 @@ async def test_a_failing_event_is_given_up_as_dead_and_later_ones_flow(
         "ev6": 1,
         "ev7": 1,
     }
-    dead = await db.webhook_cursors.dead()
+    dead = await WebhookCursors(db).dead()
     assert [(d.event_id, d.attempts, d.last_status) for d in reversed(dead)] == [
         ("ev1", 3, 400),
         ("ev2", 5, 429),
@@ -283,7 +285,7 @@ async def test_a_failing_event_is_given_up_as_dead_and_later_ones_flow(
         ("ev6", 1, 503),
     ]
     assert all(d.url == receiver.url and d.last_error.startswith("HTTP ") for d in dead)
-    assert await db.webhook_cursors.get(receiver.url) == 7
+    assert await WebhookCursors(db).get(receiver.url) == 7
     # The raw secret is the HMAC key as is: `Webhook(bytes)`, or its `whsec_` form.
     whsec = "whsec_" + base64.b64encode(raw_secret.encode()).decode()
     for headers, body in receiver.accepted:
@@ -298,12 +300,12 @@ async def test_a_failing_event_is_given_up_as_dead_and_later_ones_flow(
     )
     try:
         # Done once its cursor is at the last event: anything sent twice would be sent before.
-        await eventually(lambda: db.webhook_cursors.get(again.url), lambda seq: seq == 7)
+        await eventually(lambda: WebhookCursors(db).get(again.url), lambda seq: seq == 7)
     finally:
         stop.set()
         await run
         again.server.shutdown()
-    assert len(again.accepted) == 7 and len(await db.webhook_cursors.dead()) == 5
+    assert len(again.accepted) == 7 and len(await WebhookCursors(db).dead()) == 5
     await db.close()
 
 

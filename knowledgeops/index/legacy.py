@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.db.database import Database
 from knowledgeops.index.points import INDEX_PREFIX, StoredPoint
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores.catalogue import DocumentCatalogue
-from knowledgeops.stores.database import Database
 
 BATCH = 512
 MIGRATED_SUFFIX = ".migrated"

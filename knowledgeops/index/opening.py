@@ -7,10 +7,10 @@ import logging
 from collections.abc import Callable
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database
 from knowledgeops.index import legacy
 from knowledgeops.index.fusion import Fusion, FusionConfig
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores.database import Database
 
 log = logging.getLogger(__name__)
 

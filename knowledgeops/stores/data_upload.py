@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files import chunk_store
 from knowledgeops.files.data_files import DataFiles, complete_files, index_files_last
 from knowledgeops.storage.store import check_key
-from knowledgeops.stores.live_versions import LiveVersions
 
 # The data folder's folders whose files the code reads through the store.
 SHARED_FOLDERS = ("files", "chunks", "ocr", "outputs", "reports")

@@ -23,16 +23,16 @@ from sqlalchemy import select
 
 from knowledgeops.contracts.events import EventType
 from knowledgeops.contracts.report import REPORT_ID_PATTERN
+from knowledgeops.db.audit import AuditRow
+from knowledgeops.db.catalogue import DocumentRow
+from knowledgeops.db.events import EventRow
 from knowledgeops.files.outputs import LEGACY_WORK, WorkFiles
 from knowledgeops.reporting import IMPORT_TYPE, aware
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.storage.store import Store, StoredObjectMissing
-from knowledgeops.stores.audit import AuditRow
-from knowledgeops.stores.catalogue import DocumentRow
-from knowledgeops.stores.events import EventRow
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 _ID = re.compile(REPORT_ID_PATTERN)
 PAGE = 2000

@@ -1,4 +1,4 @@
-"""The admin task list (knowledgeops/stores/task_list.py): one row per task id, projected from
+"""The admin task list (knowledgeops/db/task_list.py): one row per task id, projected from
 the domain events, with an index per filter in list order. Built here from the events already
 stored, so the list is complete right after the upgrade; new events feed it as they are stored.
 
@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from alembic import op
 
 from knowledgeops.contracts.events import EventType
-from knowledgeops.stores.task_list import row_of
-from knowledgeops.stores.task_list_rules import TaskState, apply_event
+from knowledgeops.db.task_list import row_of
+from knowledgeops.db.task_list_rules import TaskState, apply_event
 
 revision = "0006"
 down_revision = "0005"

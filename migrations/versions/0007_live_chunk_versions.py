@@ -1,4 +1,4 @@
-"""Which chunk version of each document is live (knowledgeops/stores/live_versions.py): a row
+"""Which chunk version of each document is live (knowledgeops/db/live_versions.py): a row
 per document in the app database instead of a `<document>.live` file beside the chunks, so
 the pointer is changed atomically for every machine sharing the database. Existing `.live`
 files are read while a document has no row, and removed by its next publish or delete.

@@ -12,9 +12,10 @@ from fastapi import APIRouter, Depends, Header, Query
 from pydantic import BaseModel, Field
 
 from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
+from knowledgeops.db.audit import AuditLog
+from knowledgeops.db.task_list import ListKey
 from knowledgeops.index.live import index_collections
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.stores.task_list import ListKey
 from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
@@ -284,7 +285,7 @@ async def audit_log(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> list[AuditRecord]:
-    rows = await rt.db.audit.records(
+    rows = await AuditLog(rt.db).records(
         actor=actor,
         action=action,
         task_id=task_id,

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from knowledgeops.stores.review_cards import CardPage, ReviewCards
+from knowledgeops.db.review_cards import CardPage, ReviewCards
 from starter.document_models import DocumentNotFoundError
 from starter.http.access import CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES

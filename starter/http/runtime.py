@@ -10,10 +10,10 @@ from fastapi import Depends, Request
 from temporalio.client import Client
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder
 from knowledgeops.resources import Resources
-from knowledgeops.stores.database import Database
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
 

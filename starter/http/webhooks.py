@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
+from knowledgeops.db.webhook_cursors import WebhookCursors
 from starter.http.admin import operator
 from starter.http.errors import ERROR_RESPONSES
 from starter.http.runtime import RuntimeDep
@@ -43,5 +44,5 @@ async def dead_deliveries(
     before_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> list[DeadDelivery]:
     """Newest first; pass the last `id` as `before_id` for the next page."""
-    rows = await rt.db.webhook_cursors.dead(url=url, limit=limit, before_id=before_id)
+    rows = await WebhookCursors(rt.db).dead(url=url, limit=limit, before_id=before_id)
     return [DeadDelivery.model_validate(r, from_attributes=True) for r in rows]

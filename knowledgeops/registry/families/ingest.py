@@ -145,7 +145,7 @@ SPECS: list[TaskSpec] = [
             "activities.indexing:EmbedActivities",
         ),
         progress_unit="chunks",
-        projection="knowledgeops.stores.catalogue:DocumentCatalogue",
+        projection="knowledgeops.db.catalogue:DocumentCatalogue",
     ),
     TaskSpec(
         TaskType.DOCUMENT_DELETE,

@@ -1,12 +1,12 @@
-"""The application database: engine, sessions, migrations, and the stores built on it.
+"""The application database: engine, sessions and migrations.
 
 SQLAlchemy 2 (async). SQLite file under the data directory by default, PostgreSQL through
 DATABASE_URL. The schema is owned by Alembic migrations (migrations/), applied at start-up.
 Temporal is the source of truth for task state: what is kept here are domain events and read
 models projected from them (the admin task list, for listing only). Each concern has its
 module: events (with the per-type projections the registry names, and the task list every
-type's events feed), audit, webhook cursors; read models such as the document catalogue are
-built on `Database` by whoever reads them.
+type's events feed), audit, webhook cursors, the document catalogue; each is built on
+`Database` by whoever uses it.
 """
 
 from __future__ import annotations
@@ -28,11 +28,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.stores.audit import AuditLog
-from knowledgeops.stores.events import EventStore
-from knowledgeops.stores.sql import Base
-from knowledgeops.stores.task_list import TaskList
-from knowledgeops.stores.webhook_cursors import WebhookCursors
+from knowledgeops.db.sql import Base
 
 __all__ = ["Base", "Database", "migrate_to_head"]
 
@@ -55,10 +51,6 @@ class Database:
         # (many imports recording events at once, audit records) take turns here instead;
         # writers in other processes still meet the back-off.
         self._write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
-        self.task_list = TaskList(self)
-        self.events = EventStore(self)
-        self.audit = AuditLog(self)
-        self.webhook_cursors = WebhookCursors(self)
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.events import StoredEvent
-from knowledgeops.stores.sql import Base, now
+from knowledgeops.db.sql import Base, now
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 
 class WebhookCursorRow(Base):

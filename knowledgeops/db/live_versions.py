@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import DateTime, String, delete, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from knowledgeops.db.sql import Base, now
 from knowledgeops.files import chunk_store
-from knowledgeops.stores.sql import Base, now
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 
 class LiveVersionRow(Base):

@@ -2,7 +2,7 @@
 
 Which projection a task type's events feed is declared in the registry (`projection`), so a
 new type adds its read model without editing this module. Every type's events also feed the
-admin task list (knowledgeops/stores/task_list.py).
+admin task list (knowledgeops/db/task_list.py).
 """
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, select, text
+from sqlalchemy import JSON, DateTime, Integer, String, Text, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.events import EventType, StoredEvent, TaskEvent
+from knowledgeops.db.sql import Base, aware, lock_event_writers
+from knowledgeops.db.task_list import TaskList
 from knowledgeops.registry.task_types import REGISTRY, load
-from knowledgeops.stores.sql import Base, aware
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 
 class EventRow(Base):
@@ -37,17 +38,6 @@ class EventRow(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
-# PostgreSQL advisory lock key of everything written with the events (see `record`).
-_EVENT_WRITERS_LOCK = 727001
-
-
-async def lock_event_writers(s: AsyncSession) -> None:
-    """On PostgreSQL, wait for the other writers of events and of their projections (until
-    this transaction ends); SQLite has one writer at a time anyway."""
-    if s.get_bind().dialect.name == "postgresql":
-        await s.execute(text(f"SELECT pg_advisory_xact_lock({_EVENT_WRITERS_LOCK})"))
-
-
 class Projection(Protocol):
     """A read model fed by one task type's events, inside the transaction that stores them."""
 
@@ -57,6 +47,7 @@ class Projection(Protocol):
 class EventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._task_list = TaskList(db)
         self._projections: dict[str, Projection] = {
             spec.task_type.value: load(spec.projection)(db)
             for spec in REGISTRY.values()
@@ -98,7 +89,7 @@ class EventStore:
                     projection = self._projections.get(ev.task_type)
                     if projection is not None:
                         await projection.project(s, ev)
-            await self.db.task_list.project(s, new)
+            await self._task_list.project(s, new)
         if on_new is not None:
             for ev in new:
                 on_new(ev)

@@ -1,4 +1,4 @@
-"""How domain events become a task's row in the admin task list (knowledgeops/stores/task_list.py):
+"""How domain events become a task's row in the admin task list (knowledgeops/db/task_list.py):
 pure functions, the same for events as they are stored, for the migration that builds the list
 from events stored before it, and for the benchmark.
 
@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from knowledgeops.contracts.events import EventType
-from knowledgeops.stores.sql import aware
+from knowledgeops.db.sql import aware
 
 # Column sizes, which values from event data are clipped to (PostgreSQL enforces them).
 DOCUMENT_ID_CHARS = 300

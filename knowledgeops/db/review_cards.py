@@ -18,10 +18,10 @@ from pydantic import BaseModel
 from sqlalchemy import DateTime, Float, Integer, String, Text, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from knowledgeops.stores.sql import Base, aware
+from knowledgeops.db.sql import Base, aware
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 # FSRS `State` values (fsrs.state.State), named for readers of the API.
 FSRS_STATES = {1: "learning", 2: "review", 3: "relearning"}

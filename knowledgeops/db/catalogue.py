@@ -18,11 +18,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.document_delete import DELETING
 from knowledgeops.contracts.events import EventType, TaskEvent
-from knowledgeops.stores.audit import AuditRow
-from knowledgeops.stores.sql import Base, now
+from knowledgeops.db.audit import AuditRow
+from knowledgeops.db.sql import Base, now
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 
 class DocumentRow(Base):

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import JSON, DateTime, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from knowledgeops.stores.sql import Base, aware, now
+from knowledgeops.db.sql import Base, aware, now
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 
 class AuditRow(Base):

@@ -3,7 +3,7 @@ type (in the transaction that stores them), read newest first with keyset pages.
 
 Temporal stays the source of truth for a task's detail. The list is here because Temporal's SQL
 visibility store has no ORDER BY: a page meant scanning and sorting up to 5,000 executions.
-How events make a row: knowledgeops/stores/task_list_rules.py.
+How events make a row: knowledgeops/db/task_list_rules.py.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.events import TaskEvent
-from knowledgeops.stores.events import lock_event_writers
-from knowledgeops.stores.sql import Base, now
-from knowledgeops.stores.task_list_rules import (
+from knowledgeops.db.sql import Base, lock_event_writers, now
+from knowledgeops.db.task_list_rules import (
     DOCUMENT_ID_CHARS,
     OPEN_STATUSES,
     OWNER_CHARS,
@@ -35,7 +34,7 @@ from knowledgeops.stores.task_list_rules import (
 )
 
 if TYPE_CHECKING:
-    from knowledgeops.stores.database import Database
+    from knowledgeops.db.database import Database
 
 __all__ = ["OPEN_STATUSES", "ListKey", "TaskList", "TaskListEntry", "key_of"]
 
