@@ -26,9 +26,9 @@ from knowledgeops.contracts.document_import import (
     UpsertResult,
 )
 from knowledgeops.files.chunk_store import Chunk, ChunkReader
+from knowledgeops.index.embedding_cache import EmbeddingCache
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder, OnWait
-from knowledgeops.stores.embedding_cache import EmbeddingCache
 
 
 @dataclass(frozen=True)
