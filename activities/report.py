@@ -31,15 +31,15 @@ from knowledgeops.contracts.report import (
     RenderRequest,
     RenderResult,
 )
-from knowledgeops.report_data import ReportData
-from knowledgeops.report_render import render_html
-from knowledgeops.reporting import EventTally, build_report, knowledge_base
+from knowledgeops.reports import store as reports
+from knowledgeops.reports.data import ReportData
+from knowledgeops.reports.figures import EventTally, build_report, knowledge_base
+from knowledgeops.reports.render import render_html
+from knowledgeops.reports.store import ReportFiles
 from knowledgeops.resources import Resources
-from knowledgeops.stores import reports
-from knowledgeops.stores.reports import ReportFiles
 
 if TYPE_CHECKING:
-    from knowledgeops.report_charts import Draw
+    from knowledgeops.reports.charts import Draw
 
 DATA_FILE = "data.json"
 # matplotlib's drawing is not meant for concurrent use: one chart at a time per process.
@@ -96,7 +96,7 @@ class ReportActivities:
             )
         data = ReportData.model_validate_json(raw)
         # matplotlib (~30 MB) loads only in a worker that renders a report, not in every worker.
-        drawing = await asyncio.to_thread(importlib.import_module, "knowledgeops.report_charts")
+        drawing = await asyncio.to_thread(importlib.import_module, "knowledgeops.reports.charts")
         charts_to_draw = drawing.CHARTS
         checkpoint = resume_from(
             RenderCheckpoint(total=len(charts_to_draw)), lambda cp: cp.total == len(charts_to_draw)

@@ -27,7 +27,7 @@ from knowledgeops.db.catalogue import DocumentRow
 from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventRow
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.reporting import EventTally, build_report, failure_kind, knowledge_base
+from knowledgeops.reports.figures import EventTally, build_report, failure_kind, knowledge_base
 from tests.conftest import EXAMPLES, openai_settings, running_api, running_env
 from tests.fake_openai import FakeOpenAI
 

@@ -17,10 +17,10 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.registry.task_types import TaskType
+from knowledgeops.reports.store import ReportFiles, ReportNotFoundError
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
-from knowledgeops.stores.reports import ReportFiles, ReportNotFoundError
 from tests.ai_helpers import WAIT, import_lesson
 from tests.conftest import running_api, running_env
 from tests.s3_server import S3Server, rclone_s3

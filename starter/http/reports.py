@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from knowledgeops.stores.reports import Kind, ReportFiles, ReportNotFoundError, ReportSummary
+from knowledgeops.reports.store import Kind, ReportFiles, ReportNotFoundError, ReportSummary
 from starter.http.access import CallerDep, unscoped
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep

@@ -1,5 +1,5 @@
 """The report as a person reads it: one self-contained HTML file, charts as inline SVG
-(drawn by report_charts.py). A chart with nothing to show is replaced by a sentence saying so.
+(drawn by charts.py). A chart with nothing to show is replaced by a sentence saying so.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from html import escape
 
-from knowledgeops.report_data import STATUSES, ReportData
+from knowledgeops.reports.data import STATUSES, ReportData
 
 _CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-serif;

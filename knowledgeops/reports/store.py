@@ -27,7 +27,7 @@ from knowledgeops.db.audit import AuditRow
 from knowledgeops.db.catalogue import DocumentRow
 from knowledgeops.db.events import EventRow
 from knowledgeops.files.outputs import LEGACY_WORK, WorkFiles
-from knowledgeops.reporting import IMPORT_TYPE, aware
+from knowledgeops.reports.figures import IMPORT_TYPE, aware
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.storage.store import Store, StoredObjectMissing
 

@@ -1,7 +1,7 @@
 """The report's data: `ReportData`, the JSON a report is published as and its page is rendered
 from, with its parts and the statuses its runs are counted under.
 
-Separate from reporting.py, which computes these figures from the period's rows: this is what
+Separate from figures.py, which computes these figures from the period's rows: this is what
 a report holds, for whoever renders or reads one.
 """
 

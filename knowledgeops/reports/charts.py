@@ -3,7 +3,7 @@ nothing to show (the page then says so in a sentence, never draws a chart empty)
 
 Drawn with matplotlib's object API (no pyplot state, Agg backend), text kept as text
 (`svg.fonttype: none`), so the page needs nothing else: no scripts, fonts, stylesheets or
-images from anywhere. Separate from report_render.py (the HTML page) because matplotlib is
+images from anywhere. Separate from render.py (the HTML page) because matplotlib is
 heavy: only a worker that renders a report imports this module.
 """
 
@@ -20,8 +20,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
-from knowledgeops.report_data import STATUSES, ReportData
-from knowledgeops.reporting import hour_of
+from knowledgeops.reports.data import STATUSES, ReportData
+from knowledgeops.reports.figures import hour_of
 
 COLOURS = {
     "completed": "#2e7d32",

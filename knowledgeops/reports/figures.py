@@ -3,7 +3,7 @@
 `EventTally` takes the domain events of the period one at a time (so the caller can stream
 them in pages); `build_report` turns the tally, the audit records and the document
 catalogue into `ReportData`, the report's JSON. No I/O here: the activity reads the database
-(knowledgeops/stores/reports.py), the tests feed rows directly.
+(knowledgeops/reports/store.py), the tests feed rows directly.
 
 Definitions (also written into every report, so a reader never has to guess):
 - a run is counted when any of its events falls in the period; its status is that of its
@@ -15,7 +15,7 @@ Definitions (also written into every report, so a reader never has to guess):
 - embeddings billed / reused come from the results of DOCUMENT_IMPORT runs completed in the
   period (a failed or cancelled import's partial work is not in any result).
 
-The report's data itself (`ReportData`, with these definitions) is in report_data.py.
+The report's data itself (`ReportData`, with these definitions) is in data.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from knowledgeops.contracts.events import EventType
 from knowledgeops.contracts.report import Headline
-from knowledgeops.report_data import (
+from knowledgeops.reports.data import (
     STATUSES,
     DurationStats,
     Embeddings,
