@@ -23,7 +23,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from knowledgeops.backup_export import backup_store
+from knowledgeops.backup.export import backup_store
 from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError, parse_pools

@@ -24,8 +24,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.support import Heartbeater, bad_input, resume_from
-from knowledgeops import database_dump
-from knowledgeops.backup_archive import (
+from knowledgeops.backup import database_dump
+from knowledgeops.backup.archive import (
     COLLECTION_META,
     DATABASE_DIR,
     INDEX_DIR,
@@ -43,7 +43,17 @@ from knowledgeops.backup_archive import (
     stored_sources,
     write_points,
 )
-from knowledgeops.backup_export import backup_store, export_key, is_export_key, write_export
+from knowledgeops.backup.export import backup_store, export_key, is_export_key, write_export
+from knowledgeops.backup.store import (
+    LISTING,
+    MANIFEST,
+    abandoned_archives,
+    past_retention,
+    pool_dir,
+    pool_lock,
+    prune_pool,
+    remove_archive,
+)
 from knowledgeops.contracts.backup import (
     APPLY_RETENTION,
     BACKUP_DATABASE,
@@ -67,16 +77,6 @@ from knowledgeops.files.file_store import write_atomically
 from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources
 from knowledgeops.storage.store import StorageConfigError, StoredObjectMissing, fsync_dir
-from knowledgeops.stores.backups import (
-    LISTING,
-    MANIFEST,
-    abandoned_archives,
-    past_retention,
-    pool_dir,
-    pool_lock,
-    prune_pool,
-    remove_archive,
-)
 
 
 class BackupActivities:

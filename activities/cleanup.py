@@ -33,8 +33,8 @@ from sqlalchemy import select
 from temporalio import activity
 
 from activities.support import Heartbeater, bad_input, resume_from
-from knowledgeops import cleanup_backups
-from knowledgeops.backup_archive import stored_objects
+from knowledgeops.backup import retention as cleanup_backups
+from knowledgeops.backup.archive import stored_objects
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import (
     FIND_ORPHANS,

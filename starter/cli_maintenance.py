@@ -1,6 +1,7 @@
 """`knowledgeops backup` (starts BACKUP_EXECUTE like `run` does; `--export` writes an archive as
 one file, here), `knowledgeops restore
-ARCHIVE` (runs here, in this process: no worker may run meanwhile; see knowledgeops/restore.py)
+ARCHIVE` (runs here, in this process: no worker may run meanwhile; see
+knowledgeops/backup/restore.py)
 and `knowledgeops reindex` (starts a re-index: starter/reindex.py).
 """
 
@@ -102,8 +103,8 @@ async def _backup(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _export(name: str, to: str | None, settings: Settings) -> int:
-    from knowledgeops.backup_archive import resolve_archive
-    from knowledgeops.backup_export import export_key, write_export
+    from knowledgeops.backup.archive import resolve_archive
+    from knowledgeops.backup.export import export_key, write_export
 
     archive = resolve_archive(settings, name)
     out = Path(to or export_key(archive.name))
@@ -113,7 +114,7 @@ async def _export(name: str, to: str | None, settings: Settings) -> int:
 
 
 async def _restore(args: argparse.Namespace, settings: Settings) -> int:
-    from knowledgeops.restore import restore_archive
+    from knowledgeops.backup.restore import restore_archive
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -1,5 +1,5 @@
 """`knowledgeops storage upload`: copy an installation's data folder into STORAGE_URL's store,
-once, when it starts sharing its files between machines (knowledgeops/stores/data_upload.py).
+once, when it starts sharing its files between machines (knowledgeops/backup/storage_upload.py).
 Run it with STORAGE_URL set, from the machine whose data folder holds the files."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ def add_parser(sub: Any) -> None:
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
+    from knowledgeops.backup.storage_upload import upload_data_folder
     from knowledgeops.db.database import Database
     from knowledgeops.db.live_versions import LiveVersions
     from knowledgeops.files.data_files import check_storage, open_storage
-    from knowledgeops.stores.data_upload import upload_data_folder
 
     await check_storage(settings)
     files = open_storage(settings)[1]

@@ -14,7 +14,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.backup import BackupActivities
-from knowledgeops.backup_archive import (
+from knowledgeops.backup.archive import (
     load_manifest,
     part_of,
     read_listing,
@@ -22,6 +22,7 @@ from knowledgeops.backup_archive import (
     verify,
     write_points,
 )
+from knowledgeops.backup.store import MANIFEST, list_archives, listed_blobs, pool_dir
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.backup import BackupStageRequest, FilesCheckpoint
 from knowledgeops.contracts.document_import import DocumentMetadata
@@ -29,7 +30,6 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.files import file_store
 from knowledgeops.index.embedding_cache import cache_collection
 from knowledgeops.resources import Resources
-from knowledgeops.stores.backups import MANIFEST, list_archives, listed_blobs, pool_dir
 from starter.search import search
 from tests.backup_helpers import WAIT, backup, cli, empty_database
 from tests.conftest import EXAMPLES, PG_URL, Env, openai_settings, running_env

@@ -11,7 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from knowledgeops.backup_export import export_key
+from knowledgeops.backup.export import export_key
 from knowledgeops.config.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store

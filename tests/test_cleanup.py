@@ -18,6 +18,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.cleanup import CleanupActivities
+from knowledgeops.backup import store as backups
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import (
     CleanupPlan,
@@ -33,7 +34,6 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.resources import Resources
-from knowledgeops.stores import backups
 from starter.search import search
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import EXAMPLES, Env, running_env

@@ -17,14 +17,14 @@ import obstore.store
 from temporalio.testing import ActivityEnvironment
 
 from activities.cleanup import CleanupActivities
-from knowledgeops.backup_archive import read_listing
+from knowledgeops.backup.archive import read_listing
+from knowledgeops.backup.store import pool_dir
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import RemoveOrphansRequest
 from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.files.data_files import open_storage
 from knowledgeops.resources import Resources
-from knowledgeops.stores.backups import pool_dir
 from starter.search import search
 from tests.backup_helpers import backup, cli, empty_database
 from tests.conftest import running_env

@@ -95,7 +95,7 @@ class ManifestResult(BaseModel):
 
 
 class ExportResult(BaseModel):
-    """The archive as one file at BACKUP_URL (backup_export.py)."""
+    """The archive as one file at BACKUP_URL (knowledgeops/backup/export.py)."""
 
     url: str | None  # where it went; None: BACKUP_URL is not set
     bytes: int

@@ -47,7 +47,7 @@ SPECS: list[TaskSpec] = [
         TaskQueue.MAINTENANCE,
         "Back up the database, the index and the stored files (incremental), keep the "
         "last BACKUP_KEEP archives.",
-        # Abandoned unfinished archives are recognised by age (stores/backups.py), which
+        # Abandoned unfinished archives are recognised by age (backup/store.py), which
         # relies on this being shorter than ABANDONED_AFTER.
         execution_timeout=timedelta(hours=12),
         workflow_name="BackupExecute",

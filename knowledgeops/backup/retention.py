@@ -1,7 +1,7 @@
 """CLEANUP_EXECUTE's part in backups: archives past retention, archives a killed backup left
 without a manifest, and the pool blobs only those archives listed.
 
-The archive layout and its rules belong to `knowledgeops/stores/backups.py` (BACKUP_EXECUTE's
+The archive layout and its rules belong to `knowledgeops/backup/store.py` (BACKUP_EXECUTE's
 module); this only applies them. Pool blobs are judged and removed with the pool lock held, as
 the backup's own pruning does, so a blob a running backup just found present is never taken:
 if a backup holds the lock, blobs are neither listed nor removed this time.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from knowledgeops.backup import store as backups
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import CleanupItem, OrphanKind
-from knowledgeops.stores import backups
 
 
 def tree_bytes(root: Path) -> int:

@@ -1,5 +1,5 @@
 """Restore a backup archive (a folder, or an export: a `.tar` here, at a URL or at BACKUP_URL;
-see backup_export.py): verify every checksum, refuse to mix it into existing data, then
+see export.py): verify every checksum, refuse to mix it into existing data, then
 the database, the index points (upserted as exported: no embedding is paid again), the stored
 files and the chunk files.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from knowledgeops import database_dump
-from knowledgeops.backup_archive import (
+from knowledgeops.backup import database_dump
+from knowledgeops.backup.archive import (
     FileEntry,
     Manifest,
     copy_hashing,
@@ -32,7 +32,8 @@ from knowledgeops.backup_archive import (
     stored_objects,
     verify,
 )
-from knowledgeops.backup_export import unpacked
+from knowledgeops.backup.export import unpacked
+from knowledgeops.backup.store import pool_dir
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database, migrate_to_head
 from knowledgeops.db.live_versions import LiveVersions
@@ -44,7 +45,6 @@ from knowledgeops.index.live import index_of, remove_alias, switch_live
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.points import kind_of
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.stores.backups import pool_dir
 
 _TABLES = {"documents": "documents", "task_events": "domain events", "audit_log": "audit records"}
 

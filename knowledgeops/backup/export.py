@@ -24,12 +24,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from knowledgeops.backup_archive import ArchiveError, load_manifest, read_listing
+from knowledgeops.backup.archive import ArchiveError, load_manifest, read_listing
+from knowledgeops.backup.store import POOL, pool_dir
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.backup import ARCHIVE_NAME_PATTERN
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
-from knowledgeops.stores.backups import POOL, pool_dir
 
 SUFFIX = ".tar"
 _EXPORT_NAME = re.compile(ARCHIVE_NAME_PATTERN.rstrip("$") + re.escape(SUFFIX) + "$")

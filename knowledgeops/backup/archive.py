@@ -30,13 +30,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from knowledgeops.backup.store import LISTING, MANIFEST, pool_dir
 from knowledgeops.config.settings import Settings
 from knowledgeops.files.chunk_store import LIVE_SUFFIX, document_of
 from knowledgeops.files.data_files import DataFiles
 from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.points import StoredPoint
 from knowledgeops.storage.store import StoredObject
-from knowledgeops.stores.backups import LISTING, MANIFEST, pool_dir
 
 FORMAT_VERSION = 1
 DATABASE_DIR = "database"
