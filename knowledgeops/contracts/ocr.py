@@ -1,7 +1,7 @@
 """OCR_PROCESS's contract: payload, activity requests / results / checkpoint, result.
 
 The recognised text never crosses Temporal: each page is written to the OCR store
-(`stores/ocr_results.py`, keyed by the file id) and only page numbers and counts come back.
+(`files/ocr_results.py`, keyed by the file id) and only page numbers and counts come back.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Chunk text lives here, not in Temporal payloads; activities pass a document id, a version and
 an index range. An import writes its own version (`<document>~<version>.jsonl` / `.idx`) next
 to the live one and publishes it at the end by moving the document's live-version pointer (a
-row in the app database: stores/live_versions.py), so readers see the previous version until
+row in the app database: db/live_versions.py), so readers see the previous version until
 the new one is complete, and a failed import leaves it untouched. A version's files never
 change once written: they are written under a temporary name and renamed, so a retried or
 killed chunking step never leaves a half-written chunk file behind. Files of earlier versions
