@@ -54,10 +54,10 @@ from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.catalogue import DocumentRow
 from knowledgeops.db.events import EventStore
+from knowledgeops.documents.live_imports import live_import_inputs
 from knowledgeops.files import chunk_store
 from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.live import delete_document_everywhere
-from knowledgeops.live_imports import live_import_inputs
 from knowledgeops.resources import Resources
 from knowledgeops.storage.store import StoredObject
 

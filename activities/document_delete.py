@@ -22,7 +22,7 @@ from knowledgeops.contracts.document_delete import (
 )
 from knowledgeops.db.audit import audit_row
 from knowledgeops.db.catalogue import DocumentCatalogue
-from knowledgeops.document_removal import remove_document
+from knowledgeops.documents.removal import remove_document
 from knowledgeops.index.live import delete_document_everywhere
 from knowledgeops.resources import Resources
 

@@ -20,7 +20,7 @@ from knowledgeops.contracts.document_import import (
 from knowledgeops.db.catalogue import DocumentCatalogue, DocumentRow
 from knowledgeops.db.database import Database
 from knowledgeops.db.live_versions import LiveVersions
-from knowledgeops.document_removal import hide_document
+from knowledgeops.documents.removal import hide_document
 from knowledgeops.errors import DocumentError
 from knowledgeops.files import file_store
 from knowledgeops.files.data_files import DataFiles, open_storage
@@ -330,7 +330,7 @@ class DocumentService:
     ) -> DeleteAccepted:
         """Hide the document from search at once and start its DOCUMENT_DELETE task, which
         stops its import and removes its points, chunks, catalogue row and stored file
-        (knowledgeops/document_removal.py). Asking again while it runs joins the same task.
+        (knowledgeops/documents/removal.py). Asking again while it runs joins the same task.
         `visible_to`: the one owner the caller may change; others' documents are not found."""
         if self.store is None:
             raise RuntimeError("deleting a document needs the vector index open")

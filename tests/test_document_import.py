@@ -371,7 +371,7 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
     yet; deleting another document with that file must still leave the file to it."""
     from knowledgeops.db.audit import audit_row
     from knowledgeops.db.database import Database
-    from knowledgeops.document_removal import remove_document
+    from knowledgeops.documents.removal import remove_document
     from knowledgeops.index.opening import open_index
     from knowledgeops.temporal import connect
     from starter.documents import DocumentService

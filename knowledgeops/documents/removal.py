@@ -12,11 +12,11 @@ from temporalio.client import Client
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.audit import AuditRow
 from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.documents.live_imports import live_import_inputs
 from knowledgeops.files import file_store
 from knowledgeops.files.data_files import DataFiles, open_storage
 from knowledgeops.index.live import index_collections
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.live_imports import live_import_inputs
 
 
 async def hide_document(
