@@ -16,8 +16,8 @@ from typing import Any
 from temporalio import activity
 
 from activities.support import Heartbeater, bad_input
-from knowledgeops.agent_tools import SYSTEM_PROMPT, Scope, ToolError, Tools, arguments, schemas
-from knowledgeops.agent_transcript import (
+from knowledgeops.agent.tools import SYSTEM_PROMPT, Scope, ToolError, Tools, arguments, schemas
+from knowledgeops.agent.transcript import (
     Transcript,
     TranscriptStore,
     cut,

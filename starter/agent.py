@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from knowledgeops.agent_transcript import TranscriptStore
+from knowledgeops.agent.transcript import TranscriptStore
 from knowledgeops.contracts.agent import SEND_MESSAGE_UPDATE, AgentMessage, AgentReply
 from knowledgeops.errors import validation_text
 from knowledgeops.files.data_files import open_storage

@@ -1,0 +1,1 @@
+"""The agent task type's domain: its tools (schemas and what each does) and its transcript."""
