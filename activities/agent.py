@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input
+from activities.support import Heartbeater
 from knowledgeops.agent.tools import SYSTEM_PROMPT, Scope, ToolError, Tools, arguments, schemas
 from knowledgeops.agent.transcript import (
     Transcript,
@@ -42,7 +42,7 @@ from knowledgeops.contracts.agent import (
     ToolRequest,
     ToolResult,
 )
-from knowledgeops.errors import ChatRejectedError, EmbeddingRejectedError
+from knowledgeops.errors import ChatRejectedError, EmbeddingRejectedError, bad_input
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import ChatModel, TokenUsage
 from knowledgeops.resources import Resources

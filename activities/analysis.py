@@ -15,17 +15,15 @@ import re
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.artifacts_model import combine_answers
 from activities.map_reduce import (
     WorkDir,
     chosen_model,
     map_groups,
-    passages,
     plan_task,
     read_chunks,
 )
 from activities.model_errors import model_failures
-from activities.support import Heartbeater, bad_input
+from activities.support import Heartbeater
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.analysis import (
     CHECK_ANSWER,
@@ -44,10 +42,13 @@ from knowledgeops.contracts.analysis import (
     Source,
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.errors import bad_input
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.index.points import Scope
-from knowledgeops.local import artifacts as local
+from knowledgeops.learning import artifacts_local as local
+from knowledgeops.learning.artifacts_model import combine_answers
+from knowledgeops.learning.chunk_text import passages
 from knowledgeops.models.chat import ChatModel
 from knowledgeops.resources import Resources
 from knowledgeops.text.terms import words as words_of

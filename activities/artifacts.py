@@ -2,8 +2,8 @@
 
 With a chat model each group becomes a structured partial answer (validated, citations kept
 only when they point into the group); without one, the local methods of
-`knowledgeops/local/artifacts.py` collect candidates per group. Partials are stored per group
-(`map_reduce.WorkDir`), so a retry pays only for the groups not done. The reduce step merges
+`knowledgeops/learning/artifacts_local.py` collect candidates per group. Partials are stored per
+group (`map_reduce.WorkDir`), so a retry pays only for the groups not done. The reduce step merges
 them (a model call only for a summary or mind map of several groups), stores the artifact as
 the task's output and removes the work directory.
 """
@@ -17,11 +17,9 @@ from typing import TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.artifacts_model import GROUP_MODELS, ModelArtifacts
 from activities.map_reduce import WorkDir, chosen_model, map_groups, plan_task, read_chunks
 from activities.model_errors import model_failures
-from activities.support import Heartbeater, bad_input
-from knowledgeops import artifacts_render as render
+from activities.support import Heartbeater
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.artifacts import (
     DISCARD_ARTIFACT_WORK,
@@ -37,9 +35,12 @@ from knowledgeops.contracts.artifacts import (
     MapResult,
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.errors import bad_input
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
-from knowledgeops.local import artifacts as local
+from knowledgeops.learning import artifacts_local as local
+from knowledgeops.learning import artifacts_render as render
+from knowledgeops.learning.artifacts_model import GROUP_MODELS, ModelArtifacts
 from knowledgeops.resources import Resources
 
 M = TypeVar("M", bound=BaseModel)

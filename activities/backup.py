@@ -23,7 +23,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.support import Heartbeater, resume_from
 from knowledgeops.backup import database_dump
 from knowledgeops.backup.archive import (
     COLLECTION_META,
@@ -73,6 +73,7 @@ from knowledgeops.contracts.backup import (
     ManifestResult,
     RetentionResult,
 )
+from knowledgeops.errors import bad_input
 from knowledgeops.files.file_store import write_atomically
 from knowledgeops.index.live import aliased_index
 from knowledgeops.resources import Resources

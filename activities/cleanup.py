@@ -32,7 +32,7 @@ from pathlib import Path
 from sqlalchemy import select
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.support import Heartbeater, resume_from
 from knowledgeops.backup import retention as cleanup_backups
 from knowledgeops.backup.archive import stored_objects
 from knowledgeops.config.settings import Settings
@@ -55,6 +55,7 @@ from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.catalogue import DocumentRow
 from knowledgeops.db.events import EventStore
 from knowledgeops.documents.live_imports import live_import_inputs
+from knowledgeops.errors import bad_input
 from knowledgeops.files import chunk_store
 from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.live import delete_document_everywhere

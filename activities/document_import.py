@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input
+from activities.support import Heartbeater
 from knowledgeops.contracts.document_import import (
     CHUNK_DOCUMENT,
     DISCARD_VERSION,
@@ -26,7 +26,7 @@ from knowledgeops.contracts.document_import import (
     VersionRequest,
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
-from knowledgeops.errors import DocumentError
+from knowledgeops.errors import DocumentError, bad_input
 from knowledgeops.files import chunk_store, file_store
 from knowledgeops.files.chunk_store import sections_file
 from knowledgeops.files.ocr_results import OcrResults

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.support import Heartbeater, resume_from
 from knowledgeops.contracts.document_import import (
     EMBED_CHUNKS,
     UPSERT_CHUNKS,
@@ -25,7 +25,7 @@ from knowledgeops.contracts.indexing import (
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.db.sql import now
-from knowledgeops.errors import EmbeddingRejectedError
+from knowledgeops.errors import EmbeddingRejectedError, bad_input
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.ingest.indexing import (
     DocumentFields,

@@ -19,9 +19,10 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.support import Heartbeater, resume_from
 from knowledgeops.contracts.ai import GroupCheckpoint, GroupPlan, TokenUsage
 from knowledgeops.db.live_versions import LiveVersions
+from knowledgeops.errors import bad_input
 from knowledgeops.files.chunk_store import Chunk, ChunkReader
 from knowledgeops.files.data_files import DataFiles
 from knowledgeops.files.outputs import LEGACY_WORK, OutputStore, WorkFiles, check_task_id
@@ -158,14 +159,6 @@ async def plan_task(
         raise bad_input("EmptyDocument", f"document {document_id} has no chunks")
     await outputs.delete(task_id)
     return plan
-
-
-def passages(chunks: list[Chunk]) -> str:
-    """Chunk text as a model reads it: each passage marked with the index it is cited by."""
-    return "\n\n".join(
-        f"[chunk {c.index}]" + (f" ({c.heading})" if c.heading else "") + f"\n{c.text}"
-        for c in chunks
-    )
 
 
 async def map_groups(

@@ -12,8 +12,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from activities.support import bad_input
-from knowledgeops.errors import ChatAnswerInvalidError, ChatRejectedError, EmbeddingRejectedError
+from knowledgeops.errors import (
+    ChatAnswerInvalidError,
+    ChatRejectedError,
+    EmbeddingRejectedError,
+    bad_input,
+)
 
 
 @contextlib.contextmanager

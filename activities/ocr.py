@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.support import Heartbeater, resume_from
 from knowledgeops.contracts.ocr import (
     INSPECT_OCR_INPUT,
     RECOGNIZE_PAGES,
@@ -23,7 +23,7 @@ from knowledgeops.contracts.ocr import (
     RecognizeRequest,
     RecognizeResult,
 )
-from knowledgeops.errors import DocumentError
+from knowledgeops.errors import DocumentError, bad_input
 from knowledgeops.files import file_store
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ocr.process import OcrChildInput

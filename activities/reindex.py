@@ -8,7 +8,7 @@ import hashlib
 
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input
+from activities.support import Heartbeater
 from knowledgeops.contracts.indexing import (
     ADOPT_REBUILT,
     DROP_INDEX,
@@ -32,6 +32,7 @@ from knowledgeops.contracts.indexing import (
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.db.sql import now
+from knowledgeops.errors import bad_input
 from knowledgeops.files import chunk_store
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.points import INDEX_PREFIX

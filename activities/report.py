@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from temporalio import activity
 
-from activities.support import Heartbeater, bad_input, resume_from
+from activities.support import Heartbeater, resume_from
 from knowledgeops.contracts.base import Checkpoint
 from knowledgeops.contracts.report import (
     COLLECT_REPORT_DATA,
@@ -31,6 +31,7 @@ from knowledgeops.contracts.report import (
     RenderRequest,
     RenderResult,
 )
+from knowledgeops.errors import bad_input
 from knowledgeops.reports import store as reports
 from knowledgeops.reports.data import ReportData
 from knowledgeops.reports.figures import EventTally, build_report, knowledge_base

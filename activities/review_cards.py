@@ -24,8 +24,7 @@ from temporalio import activity
 
 from activities.map_reduce import WorkDir, map_groups, plan_groups, read_chunks
 from activities.model_errors import model_failures
-from activities.review_cards_drafts import DraftCard, DraftGroup, ask_model, source_of
-from activities.support import Heartbeater, bad_input
+from activities.support import Heartbeater
 from knowledgeops.contracts.ai import GroupPlan, TokenUsage
 from knowledgeops.contracts.base import Checkpoint
 from knowledgeops.contracts.review_cards import (
@@ -43,9 +42,11 @@ from knowledgeops.contracts.review_cards import (
     WorkRequest,
 )
 from knowledgeops.db.review_cards import ReviewCards, card_id_for, fsrs_card_id
+from knowledgeops.errors import bad_input
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
-from knowledgeops.local import review_cards as local
+from knowledgeops.learning import review_cards_local as local
+from knowledgeops.learning.review_cards_model import DraftCard, DraftGroup, ask_model, source_of
 from knowledgeops.resources import Resources
 
 # Cards a group is asked for at most, whatever max_cards is (a longer answer risks the cut-off).
@@ -149,7 +150,12 @@ class ReviewCardActivities:
         async def draft(chunks: list[Chunk]) -> tuple[DraftGroup, TokenUsage]:
             with model_failures():
                 if chat is not None:
-                    return await ask_model(chat, chunks, req.cards_per_group, req.kinds)
+                    drafted, cost = await ask_model(chat, chunks, req.cards_per_group, req.kinds)
+                    if drafted.rejected:
+                        activity.logger.warning(
+                            "dropped %d cards the model wrote wrongly", drafted.rejected
+                        )
+                    return drafted, cost
                 return DraftGroup(
                     cards=await self._local(chunks, req.cards_per_group)
                 ), TokenUsage()

@@ -17,16 +17,10 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from knowledgeops.contracts.base import Checkpoint
 
 C = TypeVar("C", bound=Checkpoint)
-
-
-def bad_input(kind: str, message: str) -> ApplicationError:
-    """A failure no retry can fix: the task fails at once, with `kind: message` as its error."""
-    return ApplicationError(message, type=kind, non_retryable=True)
 
 
 def resume_from(fresh: C, valid: Callable[[C], bool] = lambda _: True) -> C:

@@ -21,7 +21,7 @@ from PIL import Image, UnidentifiedImageError
 from temporalio import activity
 
 from activities.model_errors import model_failures
-from activities.support import Heartbeater, bad_input
+from activities.support import Heartbeater
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.base import Checkpoint
 from knowledgeops.contracts.ocr import IMAGE_FORMATS
@@ -36,6 +36,7 @@ from knowledgeops.contracts.vision import (
     VisionResult,
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.errors import bad_input
 from knowledgeops.files import file_store
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.files.outputs import OutputStore

@@ -26,6 +26,11 @@ def validation_text(errors: Iterable[Mapping[str, Any]]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
 
 
+def bad_input(kind: str, message: str) -> ApplicationError:
+    """A failure no retry can fix: the task fails at once, with `kind: message` as its error."""
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
 class DocumentError(Exception):
     """The input document itself is unusable; retrying cannot help."""
 

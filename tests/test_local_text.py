@@ -17,7 +17,8 @@ from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.files.chunk_store import Chunk, ChunkReader
 from knowledgeops.ingest.chunking import chunk_sections
 from knowledgeops.ingest.sections import extract_sections
-from knowledgeops.local import artifacts, review_cards
+from knowledgeops.learning import artifacts_local as artifacts
+from knowledgeops.learning import review_cards_local as review_cards
 from knowledgeops.text.cloze import Cloze, cloze
 from knowledgeops.text.sentences import sentences
 from knowledgeops.text.terms import term_counts

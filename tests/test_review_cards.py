@@ -22,7 +22,7 @@ from knowledgeops.contracts.review_cards import CLOZE_BLANK
 from knowledgeops.db.review_cards import ReviewCards
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputStore
-from knowledgeops.local import review_cards as local
+from knowledgeops.learning import review_cards_local as local
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.terms import term_counts

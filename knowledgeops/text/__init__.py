@@ -1,3 +1,3 @@
 """The local text toolkit: sentences, terms, cloze blanks and sentence centrality for English
-and Chinese text, with no model and no Temporal (the local methods in `knowledgeops/local/`
+and Chinese text, with no model and no Temporal (the local methods in `knowledgeops/learning/`
 are built on it)."""

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from temporalio import activity
 
-from activities.map_reduce import passages
 from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.contracts.review_cards import CLOZE_BLANK, CardKind
 from knowledgeops.files.chunk_store import Chunk
+from knowledgeops.learning.chunk_text import passages
 from knowledgeops.models.chat import ChatModel
 
 _KINDS = {
@@ -69,8 +68,6 @@ async def ask_model(
             continue
         cards.append(DraftCard(kind=c.kind, front=front, back=back, **source_of(source)))
     rejected = min(len(answer.cards), k) - len(cards)
-    if rejected:
-        activity.logger.warning("dropped %d cards the model wrote wrongly", rejected)
     return DraftGroup(cards=cards, rejected=rejected), usage
 
 

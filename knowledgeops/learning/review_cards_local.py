@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from knowledgeops.files.chunk_store import Chunk
-from knowledgeops.local.chunk_text import sentences_of
+from knowledgeops.learning.chunk_text import sentences_of
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.cjk import cjk_count
 from knowledgeops.text.cloze import Cloze, cloze

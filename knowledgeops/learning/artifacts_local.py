@@ -30,7 +30,7 @@ from knowledgeops.contracts.artifacts import (
     Summary,
 )
 from knowledgeops.files.chunk_store import Chunk
-from knowledgeops.local.chunk_text import heading_path, sentences_of
+from knowledgeops.learning.chunk_text import heading_path, sentences_of
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.cjk import cjk_count
 from knowledgeops.text.cloze import cloze

@@ -10,8 +10,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from activities.map_reduce import passages
-from activities.support import bad_input
 from knowledgeops.contracts.ai import GroupPlan, TokenUsage
 from knowledgeops.contracts.artifacts import (
     ArtifactOutput,
@@ -21,7 +19,9 @@ from knowledgeops.contracts.artifacts import (
     QuizQuestion,
     Summary,
 )
+from knowledgeops.errors import bad_input
 from knowledgeops.files.chunk_store import Chunk
+from knowledgeops.learning.chunk_text import passages
 from knowledgeops.models.chat import ChatModel
 from knowledgeops.models.embedding import token_upper_bound
 

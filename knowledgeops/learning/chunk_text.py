@@ -20,3 +20,11 @@ def sentences_of(chunk: Chunk) -> list[str]:
     """The chunk's sentences; a line that is one of its headings is never part of one, even
     where nothing else marks it (PDF, HTML and DOCX text)."""
     return sentences(chunk.text, heading_path(chunk))
+
+
+def passages(chunks: list[Chunk]) -> str:
+    """Chunk text as a model reads it: each passage marked with the index it is cited by."""
+    return "\n\n".join(
+        f"[chunk {c.index}]" + (f" ({c.heading})" if c.heading else "") + f"\n{c.text}"
+        for c in chunks
+    )
