@@ -30,7 +30,6 @@ from knowledgeops.config.values import SettingsError, parse_pools
 from knowledgeops.files.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.observability import metrics, tracing
-from knowledgeops.operator_actions import OperatorActions
 from knowledgeops.registry.task_types import (
     COMMON_ACTIVITY_CLASSES,
     POOLS,
@@ -40,9 +39,10 @@ from knowledgeops.registry.task_types import (
     load,
     pool_queues,
 )
-from knowledgeops.resources import Resources, open_resources
-from knowledgeops.schedules import ensure_schedules
-from knowledgeops.temporal import connect, ensure_search_attributes
+from knowledgeops.runtime.operator_actions import OperatorActions
+from knowledgeops.runtime.resources import Resources, open_resources
+from knowledgeops.runtime.schedules import ensure_schedules
+from knowledgeops.runtime.temporal import connect, ensure_search_attributes
 from starter.http.serve import ApiServer
 from starter.processes import configure_logging, run_until_stopped, until_signal
 

@@ -45,7 +45,7 @@ from knowledgeops.contracts.agent import (
 from knowledgeops.errors import ChatRejectedError, EmbeddingRejectedError, bad_input
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import ChatModel, TokenUsage
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 # Message ids of a first run: the system prompt, then the instruction.
 SYSTEM_ID, INSTRUCTION_ID = 0, 1

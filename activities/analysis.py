@@ -50,7 +50,7 @@ from knowledgeops.learning import artifacts_local as local
 from knowledgeops.learning.artifacts_model import combine_answers
 from knowledgeops.learning.chunk_text import passages
 from knowledgeops.models.chat import ChatModel
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from knowledgeops.text.terms import words as words_of
 
 LOCAL_METHOD = "local:key-terms+readability"

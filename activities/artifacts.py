@@ -41,7 +41,7 @@ from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.learning import artifacts_local as local
 from knowledgeops.learning import artifacts_render as render
 from knowledgeops.learning.artifacts_model import GROUP_MODELS, ModelArtifacts
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -76,7 +76,7 @@ from knowledgeops.contracts.backup import (
 from knowledgeops.errors import bad_input
 from knowledgeops.files.file_store import write_atomically
 from knowledgeops.index.live import aliased_index
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from knowledgeops.storage.store import StorageConfigError, StoredObjectMissing, fsync_dir
 
 

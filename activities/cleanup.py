@@ -59,7 +59,7 @@ from knowledgeops.errors import bad_input
 from knowledgeops.files import chunk_store
 from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.live import delete_document_everywhere
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from knowledgeops.storage.store import StoredObject
 
 # An upload's temp file older than this belongs to an upload that died.

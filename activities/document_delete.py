@@ -24,7 +24,7 @@ from knowledgeops.db.audit import audit_row
 from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.documents.removal import remove_document
 from knowledgeops.index.live import delete_document_everywhere
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 # How often the stop step looks whether the import has closed.
 STOP_POLL_SECONDS = 0.5

@@ -32,7 +32,7 @@ from knowledgeops.files.chunk_store import sections_file
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 
 class ImportActivities:

@@ -8,7 +8,7 @@ from temporalio import activity
 from knowledgeops.contracts.events import RECORD_TASK_EVENTS, TaskEvent
 from knowledgeops.db.events import EventStore
 from knowledgeops.observability import metrics
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 
 class EventActivities:

@@ -34,7 +34,7 @@ from knowledgeops.ingest.indexing import (
     upsert_chunks,
 )
 from knowledgeops.models.embedding import Embedder
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 R = TypeVar("R", EmbedRequest, UpsertRequest)
 

@@ -28,7 +28,7 @@ from knowledgeops.files import file_store
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ocr.process import OcrChildInput
 from knowledgeops.ocr.runner import OCR_MEMORY_MB, run_ocr_child
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 # Formats whose `pages` select pages (frames); any other image is one page.
 _PAGED = ("pdf", "tiff")

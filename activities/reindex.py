@@ -37,7 +37,7 @@ from knowledgeops.files import chunk_store
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.points import INDEX_PREFIX
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 
 def rebuilt_version(tag: str, source: str | None) -> str:

@@ -37,7 +37,7 @@ from knowledgeops.reports.data import ReportData
 from knowledgeops.reports.figures import EventTally, build_report, knowledge_base
 from knowledgeops.reports.render import render_html
 from knowledgeops.reports.store import ReportFiles
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 if TYPE_CHECKING:
     from knowledgeops.reports.charts import Draw

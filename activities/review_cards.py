@@ -47,7 +47,7 @@ from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.learning import review_cards_local as local
 from knowledgeops.learning.review_cards_model import DraftCard, DraftGroup, ask_model, source_of
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 # Cards a group is asked for at most, whatever max_cards is (a longer answer risks the cut-off).
 MAX_CARDS_PER_GROUP = 20

@@ -42,7 +42,7 @@ from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.formats import image_format
 from knowledgeops.models.chat import ChatModel, image_part
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 # Longest side of the image a model is sent, in pixels.
 MAX_SIDE = 2048

@@ -26,7 +26,7 @@ from bench.common import bench_settings, paragraph, running_process, write_big_t
 from bench.http_load import multipart_request, run_load
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.dev_server import free_port, port_in_use
 from starter.documents import DocumentService
 from starter.service import TaskQueueService

@@ -27,7 +27,7 @@ from bench.common import (
 )
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
 

@@ -48,7 +48,7 @@ from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.ingest.indexing import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.models.embedding import make_embedder
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.documents import DocumentService, derive_document_id
 from starter.service import TaskQueueService
 

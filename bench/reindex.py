@@ -26,7 +26,7 @@ from bench.common import bench_settings, temporal_server, worker_process, write_
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.indexing import ReindexOptions
 from knowledgeops.db.database import Database
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.documents import DocumentService
 from starter.reindex import start_reindex
 from starter.service import TaskQueueService

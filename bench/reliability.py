@@ -32,7 +32,7 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port
 from starter.documents import DocumentService
 from starter.service import TaskQueueService

@@ -27,7 +27,7 @@ from knowledgeops.contracts.events import EventType, TaskEvent
 from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
 from knowledgeops.registry.task_types import TaskType
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
 

@@ -28,7 +28,7 @@ import httpx
 
 from bench.common import bench_settings, running_process
 from knowledgeops.config.settings import Settings
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.dev_server import free_port, port_in_use
 from tests.fake_openai import FakeOpenAI
 from tests.s3_server import rclone_s3

@@ -266,7 +266,7 @@ async def _run_task(service: TaskQueueService, args: argparse.Namespace) -> int:
 
 
 async def _schedules(service: TaskQueueService, args: argparse.Namespace) -> int:
-    from knowledgeops import schedules
+    from knowledgeops.runtime import schedules
 
     client, settings = service.client, service.settings
     if args.action == "list":

@@ -27,7 +27,7 @@ def actor() -> str:
 async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
     """A TaskQueueService with the database (the audit log and the document catalogue)."""
     from knowledgeops.db.database import Database
-    from knowledgeops.temporal import connect
+    from knowledgeops.runtime.temporal import connect
     from starter.service import TaskQueueService
 
     client = await connect(settings)
@@ -44,7 +44,7 @@ async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
 async def task_follower(settings: Settings) -> AsyncIterator[TaskQueueService]:
     """A TaskQueueService for reading tasks only: Temporal, no database (a CLI on another
     machine than the server has none of its own to open)."""
-    from knowledgeops.temporal import connect
+    from knowledgeops.runtime.temporal import connect
     from starter.service import TaskQueueService
 
     yield TaskQueueService(await connect(settings), settings)

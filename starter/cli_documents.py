@@ -274,7 +274,7 @@ async def _search(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _search_here(args: argparse.Namespace, settings: Settings) -> list[Any]:
     from knowledgeops.contracts.search import SearchMode
-    from knowledgeops.resources import open_resources
+    from knowledgeops.runtime.resources import open_resources
     from starter.search import search
 
     async with open_resources(settings, warm_up=False) as r:

@@ -24,8 +24,8 @@ import httpx
 from knowledgeops.config.settings import Settings
 from knowledgeops.files.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.observability.log_format import JsonLogFormatter
-from knowledgeops.resources import open_resources
-from knowledgeops.temporal import connect, ensure_search_attributes
+from knowledgeops.runtime.resources import open_resources
+from knowledgeops.runtime.temporal import connect, ensure_search_attributes
 from starter.dev_server import TemporalDevServer, detach_child, port_in_use
 from starter.http.access import check_exposure
 from starter.http.serve import ApiServer

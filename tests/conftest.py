@@ -28,8 +28,8 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.chat import make_chat_model
 from knowledgeops.models.embedding import Embedder, make_embedder
-from knowledgeops.resources import Resources
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.resources import Resources
+from knowledgeops.runtime.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
 from starter.documents import DocumentService
 from starter.service import TaskQueueService

@@ -20,7 +20,7 @@ from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.db.database import Database
 from knowledgeops.files import file_store
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from starter.processes import serve_api_only
 from tests.conftest import API_TOKEN, EXAMPLES, running_api
 from tests.helpers import app_routes, numbered_paragraphs, upload

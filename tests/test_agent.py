@@ -289,7 +289,7 @@ async def test_follow_up_messages_child_task_and_continue_as_new(
         assert body["status"] == "cancelled"
         r = await api.http.post(f"/v1/tasks/{task_id}/messages", json={"text": "still there?"})
         assert r.status_code == 409, r.text
-        from knowledgeops.temporal import connect
+        from knowledgeops.runtime.temporal import connect
 
         client = await connect(cfg)
         runs = [w.run_id async for w in client.list_workflows(f'WorkflowId = "{task_id}"')]

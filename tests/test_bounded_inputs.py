@@ -23,7 +23,7 @@ from knowledgeops.errors import DocumentError
 from knowledgeops.ingest import parse_runner
 from knowledgeops.ingest.parse_runner import ParserFailedError
 from knowledgeops.registry.task_types import REGISTRY, TaskType
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from tests.conftest import EXAMPLES, running_api
 from tests.helpers import (
     activity_starts,

@@ -33,7 +33,7 @@ from knowledgeops.files import file_store
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from starter.search import search
 from starter.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import EXAMPLES, Env, running_env

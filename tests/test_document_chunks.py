@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.files.chunk_store import ChunkReader
-from knowledgeops.temporal import connect
+from knowledgeops.runtime.temporal import connect
 from tests.conftest import API_TOKEN, ROOT, Api, running_api, settings_env
 from tests.helpers import live_version_of, numbered_paragraphs
 

@@ -373,7 +373,7 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
     from knowledgeops.db.database import Database
     from knowledgeops.documents.removal import remove_document
     from knowledgeops.index.opening import open_index
-    from knowledgeops.temporal import connect
+    from knowledgeops.runtime.temporal import connect
     from starter.documents import DocumentService
     from starter.service import TaskQueueService
 

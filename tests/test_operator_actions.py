@@ -12,7 +12,7 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import EventType
 from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.events import EventStore
-from knowledgeops.operator_actions import OperatorActions
+from knowledgeops.runtime.operator_actions import OperatorActions
 from starter.dev_server import temporal_binary
 from tests.conftest import Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI

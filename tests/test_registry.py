@@ -32,7 +32,7 @@ from knowledgeops.registry.task_types import (
     load,
     spec_for,
 )
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from tests.conftest import ROOT, Env
 from worker import plan_queues
 

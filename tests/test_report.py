@@ -135,7 +135,7 @@ def test_figures_from_rows() -> None:
 
 async def test_render_retry_reuses_drawn_charts_and_discard_cleans_up(settings: Settings) -> None:
     from activities.report import ReportActivities
-    from knowledgeops.resources import Resources
+    from knowledgeops.runtime.resources import Resources
 
     db = await Database.open(settings)
     try:

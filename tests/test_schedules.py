@@ -9,9 +9,9 @@ import subprocess
 import sys
 from datetime import datetime
 
-from knowledgeops import schedules
 from knowledgeops.db.audit import AuditLog
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
+from knowledgeops.runtime import schedules
 from tests.conftest import ROOT, Env, settings_env
 
 

@@ -22,7 +22,7 @@ from knowledgeops.files.data_files import open_storage
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from knowledgeops.storage.local import LocalStore
 from starter.search import search
 from tests.conftest import EXAMPLES, ROOT, running_env, settings_env

@@ -23,7 +23,7 @@ from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.index.points import Scope as IndexScope
 from knowledgeops.models.embedding import OnWait
 from knowledgeops.registry.task_types import REGISTRY, TaskQueue, TaskType
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 
 MAX_HITS = 20
 MAX_READ_CHUNKS = 20

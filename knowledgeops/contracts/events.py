@@ -22,7 +22,7 @@ class EventType(StrEnum):
     TASK_FAILED = "TaskFailed"
     TASK_CANCELLED = "TaskCancelled"
     TASK_RETRIED = "TaskRetried"
-    # Closings no workflow code sees; recorded by the reconciler (knowledgeops/operator_actions.py).
+    # Closings no workflow code sees; recorded by the reconciler (runtime/operator_actions.py).
     TASK_TERMINATED = "TaskTerminated"
     TASK_TIMED_OUT = "TaskTimedOut"
 

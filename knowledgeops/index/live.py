@@ -112,7 +112,7 @@ def index_of(collection: str, meta: dict[str, Any], *, default_model: str = "") 
 
 
 # Where the index's owner shares the live index with workers that do not open the index (with
-# STORAGE_URL; knowledgeops/resources.py).
+# STORAGE_URL; knowledgeops/runtime/resources.py).
 LIVE_INDEX_KEY = "index/live.json"
 
 

@@ -2,7 +2,7 @@
 ended by type and outcome, documents and chunks imported, embedding requests, their inputs,
 tokens and latency, model calls, the parser processes) and what the API answered. Served at
 the API's `/metrics`, or on METRICS_ADDRESS by a worker without the API; the Temporal SDK's
-own metrics are on TEMPORAL_METRICS_ADDRESS (knowledgeops/temporal.py)."""
+own metrics are on TEMPORAL_METRICS_ADDRESS (knowledgeops/runtime/temporal.py)."""
 
 from __future__ import annotations
 

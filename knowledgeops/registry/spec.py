@@ -154,7 +154,7 @@ class TaskSpec:
     progress_unit: str = "steps"
     # Class that keeps a read model up to date from this type's domain events.
     projection: str | None = None
-    # Runs on a schedule (knowledgeops/schedules.py) when declared.
+    # Runs on a schedule (knowledgeops/runtime/schedules.py) when declared.
     schedule: Scheduled | None = None
 
     @property

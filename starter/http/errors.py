@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
 from knowledgeops.errors import validation_text
-from knowledgeops.temporal import is_unreachable
+from knowledgeops.runtime.temporal import is_unreachable
 from starter.admission import BacklogFullError
 from starter.document_chunks import ChunksNotPublishedError
 from starter.document_models import (

@@ -13,7 +13,7 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from starter.documents import DocumentService
 from starter.service import TaskQueueService
 

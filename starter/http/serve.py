@@ -12,7 +12,7 @@ from typing import Any
 import uvicorn
 from temporalio.client import Client
 
-from knowledgeops.resources import Resources
+from knowledgeops.runtime.resources import Resources
 from starter.http.access import check_exposure
 from starter.http.app import create_app
 from starter.http.runtime import Runtime

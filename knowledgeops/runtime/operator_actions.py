@@ -32,7 +32,7 @@ from knowledgeops.db.audit import AuditLog, audit_row
 from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE
-from knowledgeops.temporal import OUR_IDENTITY
+from knowledgeops.runtime.temporal import OUR_IDENTITY
 
 log = logging.getLogger(__name__)
 
