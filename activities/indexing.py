@@ -27,7 +27,7 @@ from knowledgeops.db.catalogue import DocumentCatalogue
 from knowledgeops.db.sql import now
 from knowledgeops.errors import EmbeddingRejectedError, bad_input
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.ingest.indexing import (
+from knowledgeops.ingest.embed_upsert import (
     DocumentFields,
     VectorsMissingError,
     embed_chunks,

@@ -45,7 +45,7 @@ from knowledgeops.files import file_store
 from knowledgeops.files.chunk_store import ChunkReader, remove_other_versions, sections_file
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
-from knowledgeops.ingest.indexing import embed_chunks, upsert_chunks
+from knowledgeops.ingest.embed_upsert import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.models.embedding import make_embedder
 from knowledgeops.runtime.temporal import connect
