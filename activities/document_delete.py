@@ -54,7 +54,7 @@ class DocumentDeleteActivities:
                 return StoppedImport(status=None)  # never started, or past its retention
             raise
         status = desc.status or WorkflowExecutionStatus.RUNNING
-        # The service's word for Temporal's CANCELED (starter/task_queries.py).
+        # The service's word for Temporal's CANCELED (starter/services/task_queries.py).
         return StoppedImport(
             status="cancelled"
             if status == WorkflowExecutionStatus.CANCELED

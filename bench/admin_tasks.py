@@ -40,8 +40,8 @@ from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
 from knowledgeops.db.task_list import TABLE, ListKey, TaskList, key_of
 from knowledgeops.registry.task_types import TaskType
-from starter.task_listing import summary_of
-from starter.task_queries import TaskPage
+from starter.services.task_listing import summary_of
+from starter.services.task_queries import TaskPage
 
 PAGE = 50
 BATCH = 600  # events per EventStore.record call

@@ -28,8 +28,8 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
 from knowledgeops.runtime.temporal import connect
 from starter.dev_server import free_port, port_in_use
-from starter.documents import DocumentService
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
 
 
 def one_mb_file(i: int) -> bytes:

@@ -28,8 +28,8 @@ from bench.common import (
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
 from knowledgeops.runtime.temporal import connect
-from starter.documents import DocumentService
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
 
 
 async def measure(settings: Settings, bulk: list[Path], notes: list[Path], gap: float) -> None:

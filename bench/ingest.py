@@ -49,8 +49,8 @@ from knowledgeops.ingest.embed_upsert import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.models.embedding import make_embedder
 from knowledgeops.runtime.temporal import connect
-from starter.documents import DocumentService, derive_document_id
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService, derive_document_id
+from starter.services.tasks import TaskQueueService
 
 
 async def direct(settings: Settings, files: list[Path], concurrency: int) -> tuple[float, int]:

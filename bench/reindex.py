@@ -27,9 +27,9 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.indexing import ReindexOptions
 from knowledgeops.db.database import Database
 from knowledgeops.runtime.temporal import connect
-from starter.documents import DocumentService
-from starter.reindex import start_reindex
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.reindex import start_reindex
+from starter.services.tasks import TaskQueueService
 
 
 async def searching(base: str, stop: asyncio.Event, tally: dict[str, int]) -> None:

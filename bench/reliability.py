@@ -34,8 +34,8 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.runtime.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port
-from starter.documents import DocumentService
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import numbered_paragraphs
 

@@ -28,8 +28,8 @@ from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.runtime.temporal import connect
-from starter.documents import DocumentService
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
 
 EXAMPLES = ROOT / "examples"
 WAIT = 300.0

@@ -19,8 +19,8 @@ from knowledgeops.registry.task_types import TaskType, spec_for
 from starter.cli_common import actor, follow_and_report, print_status, task_service
 
 if TYPE_CHECKING:
-    from starter.document_models import ImportRef
-    from starter.service import TaskQueueService
+    from starter.services.document_models import ImportRef
+    from starter.services.tasks import TaskQueueService
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -239,7 +239,7 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
             print(f"cancel requested for {args.task_id}")
             return 0
         if args.command == "message":
-            from starter.agent import cli_message
+            from starter.services.agent import cli_message
 
             return await cli_message(service, args.task_id, args.text, args.json)
     raise AssertionError(args.command)
@@ -305,7 +305,7 @@ async def _import_by_payload(service: TaskQueueService, raw: Any, key: str | Non
 
     from knowledgeops.contracts.document_import import DocumentImportPayload
     from knowledgeops.errors import validation_text
-    from starter.documents import DocumentService
+    from starter.services.documents import DocumentService
 
     try:
         payload = DocumentImportPayload.model_validate(raw)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from knowledgeops.config.settings import Settings
 
 if TYPE_CHECKING:
-    from starter.service import TaskQueueService
-from starter.task_models import TaskStatus
+    from starter.services.tasks import TaskQueueService
+from starter.services.task_models import TaskStatus
 
 
 def actor() -> str:
@@ -28,7 +28,7 @@ async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
     """A TaskQueueService with the database (the audit log and the document catalogue)."""
     from knowledgeops.db.database import Database
     from knowledgeops.runtime.temporal import connect
-    from starter.service import TaskQueueService
+    from starter.services.tasks import TaskQueueService
 
     client = await connect(settings)
     db = await Database.open(settings)
@@ -45,7 +45,7 @@ async def task_follower(settings: Settings) -> AsyncIterator[TaskQueueService]:
     """A TaskQueueService for reading tasks only: Temporal, no database (a CLI on another
     machine than the server has none of its own to open)."""
     from knowledgeops.runtime.temporal import connect
-    from starter.service import TaskQueueService
+    from starter.services.tasks import TaskQueueService
 
     yield TaskQueueService(await connect(settings), settings)
 

@@ -28,10 +28,10 @@ from starter.cli_common import (
     task_service,
 )
 from starter.cli_upload import UploadRefusedError, api_answers, upload_files
-from starter.document_chunks import ChunkPage, check_page
-from starter.document_models import DeleteAccepted, DocumentDetail, ImportRef
-from starter.documents import DocumentService
-from starter.search import SearchHit
+from starter.services.document_chunks import ChunkPage, check_page
+from starter.services.document_models import DeleteAccepted, DocumentDetail, ImportRef
+from starter.services.documents import DocumentService
+from starter.services.search import SearchHit
 
 _NOBODY = object()  # no process serves the API: open the index here
 
@@ -275,7 +275,7 @@ async def _search(args: argparse.Namespace, settings: Settings) -> int:
 async def _search_here(args: argparse.Namespace, settings: Settings) -> list[Any]:
     from knowledgeops.contracts.search import SearchMode
     from knowledgeops.runtime.resources import open_resources
-    from starter.search import search
+    from starter.services.search import search
 
     async with open_resources(settings, warm_up=False) as r:
         found = await search(

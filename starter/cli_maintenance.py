@@ -2,7 +2,7 @@
 one file, here), `knowledgeops restore
 ARCHIVE` (runs here, in this process: no worker may run meanwhile; see
 knowledgeops/backup/restore.py)
-and `knowledgeops reindex` (starts a re-index: starter/reindex.py).
+and `knowledgeops reindex` (starts a re-index: starter/services/reindex.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from knowledgeops.registry.task_types import TaskType
 from starter.cli_common import actor, follow_and_report, task_service
 
 if TYPE_CHECKING:
-    from starter.service import TaskQueueService
+    from starter.services.tasks import TaskQueueService
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
@@ -34,7 +34,7 @@ async def _reindex(args: argparse.Namespace, settings: Settings) -> int:
     from pydantic import ValidationError
 
     from knowledgeops.contracts.indexing import IndexingUpsertPayload, ReindexOptions
-    from starter.reindex import start_reindex
+    from starter.services.reindex import start_reindex
 
     try:
         options = ReindexOptions(

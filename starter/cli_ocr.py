@@ -17,7 +17,7 @@ from knowledgeops.registry.task_types import TaskType
 from starter.cli_common import actor, follow_and_report
 
 if TYPE_CHECKING:
-    from starter.service import TaskQueueService
+    from starter.services.tasks import TaskQueueService
 
 
 def add_parser(sub: Any) -> None:

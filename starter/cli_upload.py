@@ -18,7 +18,7 @@ import httpx
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
-from starter.document_models import ImportRef
+from starter.services.document_models import ImportRef
 
 UPLOADS_AT_ONCE = 8
 # An upload of the largest file the API accepts (200 MB) over a slow link still finishes.

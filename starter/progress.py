@@ -13,8 +13,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from starter.service import TaskQueueService
-from starter.task_models import TaskStatus
+from starter.services.task_models import TaskStatus
+from starter.services.tasks import TaskQueueService
 
 
 async def follow(

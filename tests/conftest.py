@@ -31,8 +31,8 @@ from knowledgeops.models.embedding import Embedder, make_embedder
 from knowledgeops.runtime.resources import Resources
 from knowledgeops.runtime.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port, local_dev_server
-from starter.documents import DocumentService
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import eventually
 from worker import build_workers

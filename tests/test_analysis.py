@@ -16,7 +16,7 @@ from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
-from starter.task_models import PayloadInvalidError, TaskStatus
+from starter.services.task_models import PayloadInvalidError, TaskStatus
 from tests.ai_helpers import cited_chunks, group_requests, import_lesson
 from tests.conftest import Env, chat_settings, running_api, running_env
 from tests.fake_openai import ChatFault, FakeOpenAI, last_user_text, response_schema

@@ -18,7 +18,7 @@ from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.models.chat import STRUCTURED_ATTEMPTS
 from knowledgeops.registry.task_types import TaskType
 from knowledgeops.storage.local import LocalStore
-from starter.task_models import TaskStatus
+from starter.services.task_models import TaskStatus
 from tests.ai_helpers import LESSON, WAIT, cited_chunks, group_requests, import_lesson
 from tests.conftest import (
     Env,

@@ -30,7 +30,7 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.files import file_store
 from knowledgeops.index.embedding_cache import cache_collection
 from knowledgeops.runtime.resources import Resources
-from starter.search import search
+from starter.services.search import search
 from tests.backup_helpers import WAIT, backup, cli, empty_database
 from tests.conftest import EXAMPLES, PG_URL, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI

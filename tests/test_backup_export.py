@@ -15,7 +15,7 @@ from knowledgeops.backup.export import export_key
 from knowledgeops.config.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
-from starter.search import search
+from starter.services.search import search
 from tests.backup_helpers import WAIT, backup, cli, empty_database
 from tests.conftest import ROOT, openai_settings, running_env, settings_env
 from tests.fake_openai import FakeOpenAI

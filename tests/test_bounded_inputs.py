@@ -136,8 +136,8 @@ async def test_event_cursors_and_admin_cursor_out_of_range_are_4xx(settings: Set
 
 async def test_bulk_action_skips_a_missing_task_and_is_audited(settings: Settings) -> None:
     from knowledgeops.db.database import Database
-    from starter.task_listing import list_started
-    from starter.task_models import TaskRef
+    from starter.services.task_listing import list_started
+    from starter.services.task_models import TaskRef
 
     async with running_api(settings, workers=False) as api:
         ids = []

@@ -34,8 +34,8 @@ from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.runtime.resources import Resources
-from starter.search import search
-from starter.task_models import PayloadInvalidError, TaskStatus
+from starter.services.search import search
+from starter.services.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import EXAMPLES, Env, running_env
 from tests.helpers import numbered_paragraphs
 from worker import build_workers

@@ -12,8 +12,8 @@ from temporalio.api.enums.v1 import EventType
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.db.catalogue import DocumentCatalogue
-from starter.search import search
-from starter.task_models import TaskStatus
+from starter.services.search import search
+from starter.services.task_models import TaskStatus
 from tests.conftest import EXAMPLES, Env, openai_settings, running_env
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.helpers import activity_starts, eventually, numbered_paragraphs
@@ -338,7 +338,7 @@ async def test_document_outlives_its_task_in_temporal(env: Env) -> None:
     from temporalio.api.common.v1 import WorkflowExecution
     from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 
-    from starter.task_models import TaskNotFoundError
+    from starter.services.task_models import TaskNotFoundError
 
     st = await import_and_wait(env, EXAMPLES / "spaced-repetition.txt", document_id="kept-doc")
     assert st.status == "completed" and st.result is not None
@@ -374,8 +374,8 @@ async def test_delete_keeps_a_file_a_queued_import_will_read(
     from knowledgeops.documents.removal import remove_document
     from knowledgeops.index.opening import open_index
     from knowledgeops.runtime.temporal import connect
-    from starter.documents import DocumentService
-    from starter.service import TaskQueueService
+    from starter.services.documents import DocumentService
+    from starter.services.tasks import TaskQueueService
 
     shared = tmp_path / "shared.txt"
     shared.write_text(numbered_paragraphs(4))

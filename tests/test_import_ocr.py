@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from starter.search import search
+from starter.services.search import search
 from tests.conftest import Env
 from tests.helpers import write_pdf
 from tests.ocr_pages import ENGLISH, accuracy, cjk_font, page_lines, render_lines, write_scan_pdf

@@ -23,7 +23,7 @@ from knowledgeops.formats import detect_format
 from knowledgeops.ocr.layout import reading_order
 from knowledgeops.registry.task_types import TaskType
 from starter.cli_ocr import parse_pages
-from starter.task_models import PayloadInvalidError, TaskStatus
+from starter.services.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import ROOT, Env, settings_env
 from tests.helpers import activity_starts
 from tests.ocr_pages import (

@@ -16,7 +16,7 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.indexing import ReindexOptions
 from knowledgeops.index.live import index_collections, live_index
 from knowledgeops.index.opening import open_index
-from starter.reindex import start_reindex
+from starter.services.reindex import start_reindex
 from tests.conftest import (
     Api,
     openai_settings,

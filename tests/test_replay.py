@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from knowledgeops.registry.task_types import REGISTRY, load
-from starter.task_queries import execution_log
+from starter.services.task_queries import execution_log
 from tests.conftest import EXAMPLES, HISTORIES, Env
 from workflows.document_import import DocumentImportWorkflow
 

@@ -26,7 +26,7 @@ from knowledgeops.learning import review_cards_local as local
 from knowledgeops.storage.local import LocalStore
 from knowledgeops.text.centrality import most_central
 from knowledgeops.text.terms import term_counts
-from starter.task_models import PayloadInvalidError
+from starter.services.task_models import PayloadInvalidError
 from tests.conftest import (
     API_TOKEN,
     ROOT,

@@ -25,7 +25,7 @@ from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.files.data_files import open_storage
 from knowledgeops.runtime.resources import Resources
-from starter.search import search
+from starter.services.search import search
 from tests.backup_helpers import backup, cli, empty_database
 from tests.conftest import running_env
 from tests.helpers import numbered_paragraphs

@@ -24,7 +24,7 @@ from knowledgeops.index.live import LiveIndex, switch_live
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.runtime.resources import Resources
 from knowledgeops.storage.local import LocalStore
-from starter.search import search
+from starter.services.search import search
 from tests.conftest import EXAMPLES, ROOT, running_env, settings_env
 from tests.s3_server import rclone_s3
 

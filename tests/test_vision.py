@@ -18,7 +18,7 @@ from knowledgeops.files import file_store
 from knowledgeops.files.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.files.outputs import OutputStore
 from knowledgeops.storage.local import LocalStore
-from starter.task_models import PayloadInvalidError
+from starter.services.task_models import PayloadInvalidError
 from tests.conftest import Env, chat_settings, running_env
 from tests.fake_openai import ChatFault, FakeOpenAI, all_text, response_schema
 from tests.helpers import write_pdf

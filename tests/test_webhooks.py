@@ -31,7 +31,7 @@ from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
 from knowledgeops.db.webhook_cursors import WebhookCursors
 from starter.dev_server import free_port
-from starter.webhooks import WebhookDispatcher
+from starter.services.webhooks import WebhookDispatcher
 from tests.conftest import API_TOKEN, EXAMPLES, Api, HermeticSettings, running_api
 from tests.helpers import eventually
 

@@ -1,8 +1,8 @@
 """DOCUMENT_DELETE's contract: removing a document is a task, so every step happens even if a
 process dies halfway (before, a crash inside the API left orphans for cleanup to find).
 
-The request itself (starter/documents.py) hides the document at once: its catalogue row says
-`deleting` and its points are staged, which search never returns. The task then stops the
+The request itself (starter/services/documents.py) hides the document at once: its catalogue row
+says `deleting` and its points are staged, which search never returns. The task then stops the
 document's import, deletes its points from every index collection, its chunk files, its
 catalogue row (with the audit record, in one transaction) and its stored file unless another
 document has the same bytes. Every step is idempotent, so a retry redoes what is left.

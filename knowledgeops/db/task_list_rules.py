@@ -16,8 +16,9 @@ function of those summaries and a count, so no order of arrival gives another ro
   re-imports, resets): one per first event, which is projected once.
 - Status: "pending" while a run has only the service's note that it started it (`apply_seed`,
   written before any worker ran it), "running" once it recorded its start (it may still wait
-  for a worker to begin an activity: only Temporal knows that, see starter/task_listing.py),
-  then how it closed. A late event of a run never undoes its closing.
+  for a worker to begin an activity: only Temporal knows that, see
+  starter/services/task_listing.py), then how it closed. A late event of a run never undoes its
+  closing.
 
 Summaries of runs older than the one that gives `started_at` can no longer change the row and
 are dropped, so a row keeps one or two of them.

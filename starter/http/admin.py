@@ -16,11 +16,11 @@ from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.task_list import ListKey
 from knowledgeops.index.live import index_collections
 from knowledgeops.registry.task_types import TaskType
-from starter import task_queries as tq
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import Runtime, RuntimeDep
-from starter.reindex import start_reindex
-from starter.task_models import (
+from starter.services import task_queries as tq
+from starter.services.reindex import start_reindex
+from starter.services.task_models import (
     TaskFinishedError,
     TaskNotFoundError,
     TaskNotRetryableError,

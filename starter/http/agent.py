@@ -6,11 +6,11 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from knowledgeops.contracts.agent import MAX_MESSAGE_CHARS
-from starter.agent import AgentAnswer, MessageRefusedError, send_message
 from starter.http.access import CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
 from starter.http.tasks import visible_task
+from starter.services.agent import AgentAnswer, MessageRefusedError, send_message
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 

@@ -11,10 +11,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from knowledgeops.db.review_cards import CardPage, ReviewCards
-from starter.document_models import DocumentNotFoundError
 from starter.http.access import CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES
 from starter.http.runtime import RuntimeDep
+from starter.services.document_models import DocumentNotFoundError
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 

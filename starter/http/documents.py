@@ -1,5 +1,5 @@
 """Documents: upload (202 + task id), catalogue, delete, search. The lifecycle itself lives in
-starter/documents.py (shared with the CLI); these handlers only speak HTTP."""
+starter/services/documents.py (shared with the CLI); these handlers only speak HTTP."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.errors import DocumentError, validation_text
 from knowledgeops.files import file_store
 from knowledgeops.index.engine import IndexOutdatedError
-from starter.document_chunks import MAX_CHUNK_PAGE, ChunkPage
-from starter.document_models import DeleteAccepted, DocumentDetail, DocumentPage
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
-from starter.search import MAX_QUERY_CHARACTERS, SearchHit, search
+from starter.services.document_chunks import MAX_CHUNK_PAGE, ChunkPage
+from starter.services.document_models import DeleteAccepted, DocumentDetail, DocumentPage
+from starter.services.search import MAX_QUERY_CHARACTERS, SearchHit, search
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 COPY_BLOCK = 1024 * 1024

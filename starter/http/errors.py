@@ -13,14 +13,14 @@ from temporalio.service import RPCError
 
 from knowledgeops.errors import validation_text
 from knowledgeops.runtime.temporal import is_unreachable
-from starter.admission import BacklogFullError
-from starter.document_chunks import ChunksNotPublishedError
-from starter.document_models import (
+from starter.services.admission import BacklogFullError
+from starter.services.document_chunks import ChunksNotPublishedError
+from starter.services.document_models import (
     DocumentBeingDeletedError,
     DocumentNotFoundError,
     DocumentOwnedElsewhereError,
 )
-from starter.task_models import (
+from starter.services.task_models import (
     PayloadInvalidError,
     PayloadTooLargeError,
     TaskFinishedError,

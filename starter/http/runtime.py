@@ -14,8 +14,8 @@ from knowledgeops.db.database import Database
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder
 from knowledgeops.runtime.resources import Resources
-from starter.documents import DocumentService
-from starter.service import TaskQueueService
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
 
 
 @dataclass

@@ -16,7 +16,7 @@ from knowledgeops.runtime.resources import Resources
 from starter.http.access import check_exposure
 from starter.http.app import create_app
 from starter.http.runtime import Runtime
-from starter.webhooks import WebhookDispatcher
+from starter.services.webhooks import WebhookDispatcher
 
 
 class _QuietSignalsServer(uvicorn.Server):

@@ -21,7 +21,7 @@ from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
 from starter.http.runtime import RuntimeDep
 from starter.http.sse import KEEPALIVE_SECONDS, sse, stream_slot
-from starter.task_models import PayloadInvalidError, TaskNotFoundError, TaskStatus
+from starter.services.task_models import PayloadInvalidError, TaskNotFoundError, TaskStatus
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(caller)])
 POLL_SECONDS = 0.5

@@ -45,9 +45,9 @@ from knowledgeops.registry.task_types import (
     spec_for,
     task_search_attributes,
 )
-from starter import task_queries as tq
-from starter.task_listing import list_started, list_tasks
-from starter.task_models import (
+from starter.services import task_queries as tq
+from starter.services.task_listing import list_started, list_tasks
+from starter.services.task_models import (
     PayloadInvalidError,
     PayloadTooLargeError,
     TaskFinishedError,
@@ -59,8 +59,8 @@ from starter.task_models import (
     memo_progress,
     with_eta,
 )
-from starter.task_presentation import document_id_of, one_line, web_ui_details
-from starter.task_queries import is_pending, status_name
+from starter.services.task_presentation import document_id_of, one_line, web_ui_details
+from starter.services.task_queries import is_pending, status_name
 
 # Every task id this code makes (after the deployment prefix) starts with one of these: a
 # document's import, or a type's own name (random, idempotency-key and scheduled ids alike).
@@ -349,7 +349,7 @@ class TaskQueueService:
 
     async def handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
         """The Temporal handle of one of this system's tasks (else TaskNotFoundError), for what
-        a type adds itself, e.g. the agent's message update (starter/agent.py)."""
+        a type adds itself, e.g. the agent's message update (starter/services/agent.py)."""
         await self._describe(task_id)
         return self.client.get_workflow_handle(task_id)
 

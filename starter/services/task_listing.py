@@ -16,8 +16,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
 from knowledgeops.db.task_list import OPEN_STATUSES, ListKey, TaskList, TaskListEntry, key_of
-from starter.task_models import TaskRef
-from starter.task_queries import TaskFilter, TaskPage, TaskSummary, is_pending
+from starter.services.task_models import TaskRef
+from starter.services.task_queries import TaskFilter, TaskPage, TaskSummary, is_pending
 
 log = logging.getLogger(__name__)
 

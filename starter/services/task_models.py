@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from knowledgeops.contracts.base import Checkpoint, Progress
 from knowledgeops.registry.task_types import TaskType, spec_for
-from starter.task_queries import FINISHED
+from starter.services.task_queries import FINISHED
 
 
 class TaskRef(BaseModel):

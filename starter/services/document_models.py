@@ -1,5 +1,5 @@
 """The document lifecycle's models and errors, as the HTTP API and the CLI read them
-(starter/documents.py holds the lifecycle itself)."""
+(starter/services/documents.py holds the lifecycle itself)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from starter.task_models import TaskStatus
+from starter.services.task_models import TaskStatus
 
 
 class ImportRef(BaseModel):

@@ -29,10 +29,10 @@ from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import model_id_for
 from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
-from starter import document_chunks
-from starter.admission import FILE_BYTES_MEMO, Admission
-from starter.document_chunks import ChunkPage
-from starter.document_models import (
+from starter.services import document_chunks
+from starter.services.admission import FILE_BYTES_MEMO, Admission
+from starter.services.document_chunks import ChunkPage
+from starter.services.document_models import (
     DeleteAccepted,
     Document,
     DocumentBeingDeletedError,
@@ -42,8 +42,8 @@ from starter.document_models import (
     DocumentPage,
     ImportRef,
 )
-from starter.service import TaskQueueService
-from starter.task_models import TaskFinishedError, TaskNotFoundError, TaskStatus
+from starter.services.task_models import TaskFinishedError, TaskNotFoundError, TaskStatus
+from starter.services.tasks import TaskQueueService
 
 # Temporal priority keys (1 = first; unset = 3) of imports by file size.
 SMALL_IMPORT_PRIORITY, MEDIUM_IMPORT_PRIORITY, LARGE_IMPORT_PRIORITY = EXPRESS_PRIORITY, 2, 3

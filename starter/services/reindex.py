@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from knowledgeops.contracts.indexing import IndexingUpsertPayload, ReindexOptions
 from knowledgeops.registry.task_types import TaskType
-from starter.service import TaskQueueService
-from starter.task_models import TaskRef
+from starter.services.task_models import TaskRef
+from starter.services.tasks import TaskQueueService
 
 # The one task id of re-indexes: a second request while one runs joins it.
 REINDEX_TASK = TaskType.INDEXING_UPSERT.task_name("reindex")

@@ -1,7 +1,8 @@
 """Read-side queries for the admin API: its models, task details, overview, workers.
 
 Details, runs, the overview and workers are read from Temporal (describe, history,
-visibility); the task list from the projection of the domain events (starter/task_listing.py).
+visibility); the task list from the projection of the domain events
+(starter/services/task_listing.py).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class RunInfo(BaseModel):
 
 
 class TaskDetail(BaseModel):
-    status: Any  # TaskStatus (starter.service); typed loosely to keep this module below it
+    status: Any  # TaskStatus (starter.services.tasks); typed loosely to keep this module below it
     input: Any
     activities: list[dict[str, Any]]
     runs: list[RunInfo]

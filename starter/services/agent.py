@@ -19,8 +19,8 @@ from knowledgeops.files.outputs import OutputStore
 from knowledgeops.models.chat import TokenUsage
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from knowledgeops.storage.store import Store
-from starter.service import TaskQueueService
-from starter.task_models import PayloadInvalidError, TaskFinishedError
+from starter.services.task_models import PayloadInvalidError, TaskFinishedError
+from starter.services.tasks import TaskQueueService
 
 
 class MessageRefusedError(RuntimeError):
