@@ -99,7 +99,7 @@ def main() -> None:
         ]
         big = write_big_text(Path(tmp) / "background.txt", args.background_mb)
         log = Path(tmp) / "dev.log"
-        dev = [sys.executable, "-m", "starter.cli", "dev"]
+        dev = [sys.executable, "-m", "starter.cli.main", "dev"]
         try:
             with running_process(dev, settings, log, "knowledgeops is running", timeout=90):
                 base = f"http://{host}"

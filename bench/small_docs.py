@@ -134,7 +134,7 @@ def main() -> None:
                 **storage,
             )
             log = Path(tmp) / "dev.log"
-            dev = [sys.executable, "-m", "starter.cli", "dev"]
+            dev = [sys.executable, "-m", "starter.cli.main", "dev"]
             try:
                 with running_process(dev, settings, log, "knowledgeops is running", timeout=90):
                     asyncio.run(measure(settings, args.docs, args.clients))

@@ -16,7 +16,7 @@ WAIT = 90.0
 
 def cli(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "starter.cli", *args],
+        [sys.executable, "-m", "starter.cli.main", *args],
         cwd=ROOT,
         env=settings_env(settings),
         capture_output=True,

@@ -20,7 +20,7 @@ from knowledgeops.config.settings import Settings
 from starter.dev_server import free_port, port_in_use
 from tests.conftest import _OUR_VARS, EXAMPLES, ROOT, running_env, settings_env
 
-CLI = [sys.executable, "-m", "starter.cli"]
+CLI = [sys.executable, "-m", "starter.cli.main"]
 
 
 def cli(

@@ -73,7 +73,7 @@ def stored(chunks_dir: Path, document_id: str, version: str) -> list[dict[str, A
 
 def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "starter.cli", *args],
+        [sys.executable, "-m", "starter.cli.main", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -153,7 +153,7 @@ async def test_index_migrate_command(cfg: Settings) -> None:
     counts = await _to_local_mode(cfg)
 
     def migrate() -> subprocess.CompletedProcess[str]:
-        cli = [sys.executable, "-m", "starter.cli", "index", "migrate"]
+        cli = [sys.executable, "-m", "starter.cli.main", "index", "migrate"]
         return subprocess.run(
             cli, cwd=ROOT, env=settings_env(cfg), capture_output=True, text=True, check=False
         )

@@ -22,7 +22,7 @@ from knowledgeops.files.ocr_results import OcrLine, OcrPage, OcrResults
 from knowledgeops.formats import detect_format
 from knowledgeops.ocr.layout import reading_order
 from knowledgeops.registry.task_types import TaskType
-from starter.cli_ocr import parse_pages
+from starter.cli.ocr import parse_pages
 from starter.services.task_models import PayloadInvalidError, TaskStatus
 from tests.conftest import ROOT, Env, settings_env
 from tests.helpers import activity_starts
@@ -280,7 +280,7 @@ async def test_cli_ocr_follows_and_prints_the_text(env: Env, tmp_path: Path) -> 
     assert FONT is not None
     image = tmp_path / "note.webp"
     render_lines(ENGLISH[1:2], FONT).save(image, lossless=True)
-    args = [sys.executable, "-m", "starter.cli", "ocr", str(image), "--follow", "--text"]
+    args = [sys.executable, "-m", "starter.cli.main", "ocr", str(image), "--follow", "--text"]
     # In a thread: this test's event loop runs the worker the command waits for.
     r = await asyncio.to_thread(
         subprocess.run,

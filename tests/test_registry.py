@@ -231,7 +231,7 @@ def _imported_after(statement: str) -> set[str]:
 def test_layers_keep_their_direction() -> None:
     # starter never imports activities or the worker (everything it starts goes by name).
     loaded = _imported_after(
-        "import starter.cli, starter.cli_documents, starter.processes, starter.http.app"
+        "import starter.cli.main, starter.cli.documents, starter.processes, starter.http.app"
     )
     assert not {"activities", "worker", "workflows"} & loaded
     # Workflows import only contracts: nothing heavy enters the sandbox's pass-through.

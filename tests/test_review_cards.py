@@ -149,7 +149,7 @@ async def test_without_a_model_cloze_cards_with_fsrs_state_and_reruns_add_nothin
     # The command line lists the same cards.
     listed = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "starter.cli", "cards", document_id, "--json"],
+        [sys.executable, "-m", "starter.cli.main", "cards", document_id, "--json"],
         cwd=ROOT,
         env=settings_env(env.settings),
         capture_output=True,

@@ -55,7 +55,7 @@ async def test_schedules_are_idempotent_and_trigger_their_workflow(env: Env) -> 
     # Triggered by hand through the CLI (audited), the workflow runs on the worker.
     r = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "starter.cli", "schedules", "trigger", "REPORT_GENERATE"],
+        [sys.executable, "-m", "starter.cli.main", "schedules", "trigger", "REPORT_GENERATE"],
         cwd=ROOT,
         env=settings_env(env.settings),
         capture_output=True,
@@ -85,7 +85,7 @@ async def test_schedules_are_idempotent_and_trigger_their_workflow(env: Env) -> 
     assert schedules.schedule_id(env.settings, TaskType.REPORT_GENERATE) not in kept
     listed_json = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "starter.cli", "schedules", "list", "--json"],
+        [sys.executable, "-m", "starter.cli.main", "schedules", "list", "--json"],
         cwd=ROOT,
         env=settings_env(unset),
         capture_output=True,

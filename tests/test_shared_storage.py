@@ -157,7 +157,7 @@ async def test_an_installation_uploads_its_data_folder_when_it_starts_sharing(
 
         def upload() -> str:
             done = subprocess.run(
-                [sys.executable, "-m", "starter.cli", "storage", "upload"],
+                [sys.executable, "-m", "starter.cli.main", "storage", "upload"],
                 cwd=ROOT,
                 env=settings_env(cfg),
                 capture_output=True,

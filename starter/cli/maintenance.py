@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TaskType
-from starter.cli_common import actor, follow_and_report, task_service
+from starter.cli.common import actor, follow_and_report, task_service
 
 if TYPE_CHECKING:
     from starter.services.tasks import TaskQueueService

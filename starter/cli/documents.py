@@ -20,14 +20,14 @@ import httpx
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
-from starter.cli_common import (
+from starter.cli.common import (
     actor,
     follow_and_report,
     print_status,
     task_follower,
     task_service,
 )
-from starter.cli_upload import UploadRefusedError, api_answers, upload_files
+from starter.cli.upload import UploadRefusedError, api_answers, upload_files
 from starter.services.document_chunks import ChunkPage, check_page
 from starter.services.document_models import DeleteAccepted, DocumentDetail, ImportRef
 from starter.services.documents import DocumentService

@@ -1,5 +1,5 @@
 """`knowledgeops` command line: run the system; start, follow and cancel tasks; documents and
-search (starter/cli_documents.py)."""
+search (starter/cli/documents.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError
 from knowledgeops.registry.task_types import TaskType, spec_for
-from starter.cli_common import actor, follow_and_report, print_status, task_service
+from starter.cli.common import actor, follow_and_report, print_status, task_service
 
 if TYPE_CHECKING:
     from starter.services.document_models import ImportRef
@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--tags", default="", help="comma-separated")
     i.add_argument("--owner")
 
-    from starter import cli_index, cli_ocr, cli_storage
+    from starter.cli.main import index as cli_index
+    from starter.cli.main import ocr as cli_ocr
+    from starter.cli.main import storage as cli_storage
 
     cli_ocr.add_parser(sub)
     cli_index.add_parser(sub)
@@ -199,30 +201,30 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in ("backup", "restore", "reindex"):
-        from starter import cli_maintenance
+        from starter.cli.main import maintenance as cli_maintenance
 
         return await cli_maintenance.command(args, settings)
     if args.command == "index":
-        from starter import cli_index
+        from starter.cli.main import index as cli_index
 
         return await cli_index.command(args, settings)
     if args.command == "storage":
-        from starter import cli_storage
+        from starter.cli.main import storage as cli_storage
 
         return await cli_storage.command(args, settings)
     if args.command == "cards":
-        from starter import cli_cards
+        from starter.cli.main import cards as cli_cards
 
         return await cli_cards.command(args, settings)
     if args.command in ("import", "documents", "search"):
-        from starter import cli_documents
+        from starter.cli.main import documents as cli_documents
 
         return await cli_documents.command(args, settings)
     async with task_service(settings) as service:
         if args.command == "run":
             return await _run_task(service, args)
         if args.command == "ocr":
-            from starter import cli_ocr
+            from starter.cli.main import ocr as cli_ocr
 
             return await cli_ocr.command(service, args, settings)
         if args.command == "schedules":

@@ -14,7 +14,7 @@ from knowledgeops.files import file_store
 from knowledgeops.files.data_files import open_storage
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.registry.task_types import TaskType
-from starter.cli_common import actor, follow_and_report
+from starter.cli.common import actor, follow_and_report
 
 if TYPE_CHECKING:
     from starter.services.tasks import TaskQueueService

@@ -54,7 +54,7 @@ async def follow_and_report(
     service: TaskQueueService, tasks: list[tuple[str, str]], *, quiet: bool
 ) -> int:
     """Progress bars until every task finishes; exit code 0 only if all completed."""
-    from starter.progress import follow
+    from starter.cli.progress import follow
 
     statuses = await follow(service, tasks, quiet=quiet)
     if quiet:
