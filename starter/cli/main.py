@@ -49,9 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--tags", default="", help="comma-separated")
     i.add_argument("--owner")
 
-    from starter.cli.main import index as cli_index
-    from starter.cli.main import ocr as cli_ocr
-    from starter.cli.main import storage as cli_storage
+    from starter.cli import index as cli_index
+    from starter.cli import ocr as cli_ocr
+    from starter.cli import storage as cli_storage
 
     cli_ocr.add_parser(sub)
     cli_index.add_parser(sub)
@@ -201,30 +201,30 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in ("backup", "restore", "reindex"):
-        from starter.cli.main import maintenance as cli_maintenance
+        from starter.cli import maintenance as cli_maintenance
 
         return await cli_maintenance.command(args, settings)
     if args.command == "index":
-        from starter.cli.main import index as cli_index
+        from starter.cli import index as cli_index
 
         return await cli_index.command(args, settings)
     if args.command == "storage":
-        from starter.cli.main import storage as cli_storage
+        from starter.cli import storage as cli_storage
 
         return await cli_storage.command(args, settings)
     if args.command == "cards":
-        from starter.cli.main import cards as cli_cards
+        from starter.cli import cards as cli_cards
 
         return await cli_cards.command(args, settings)
     if args.command in ("import", "documents", "search"):
-        from starter.cli.main import documents as cli_documents
+        from starter.cli import documents as cli_documents
 
         return await cli_documents.command(args, settings)
     async with task_service(settings) as service:
         if args.command == "run":
             return await _run_task(service, args)
         if args.command == "ocr":
-            from starter.cli.main import ocr as cli_ocr
+            from starter.cli import ocr as cli_ocr
 
             return await cli_ocr.command(service, args, settings)
         if args.command == "schedules":
