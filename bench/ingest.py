@@ -220,7 +220,7 @@ def main() -> None:
     args = ap.parse_args()
     fake = None
     if args.instant:
-        from tests.fake_openai import FakeOpenAI
+        from tests.helpers.fake_openai import FakeOpenAI
 
         fake = FakeOpenAI(dim=512).start()
     try:

@@ -28,7 +28,7 @@ from PIL import Image
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.ocr.process import THREADS, OcrChildInput
 from knowledgeops.ocr.runner import OCR_MEMORY_MB, run_ocr_child
-from tests.ocr_pages import CHINESE, ENGLISH, accuracy, cjk_font, render_lines
+from tests.helpers.ocr_pages import CHINESE, ENGLISH, accuracy, cjk_font, render_lines
 
 LINES_PER_PAGE = 24
 

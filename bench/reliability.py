@@ -36,8 +36,8 @@ from knowledgeops.runtime.temporal import connect
 from starter.dev_server import TemporalDevServer, free_port
 from starter.services.documents import DocumentService
 from starter.services.tasks import TaskQueueService
-from tests.fake_openai import FakeOpenAI
-from tests.helpers import numbered_paragraphs
+from tests.helpers.documents import numbered_paragraphs
+from tests.helpers.fake_openai import FakeOpenAI
 
 
 @dataclass

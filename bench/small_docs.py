@@ -3,8 +3,8 @@
 
     .venv/bin/python -m bench.small_docs [--docs 2000] [--clients 8] [--s3]
 
-The fake OpenAI-compatible server of the tests (tests/fake_openai.py) is the embedder, so the
-figure is the pipeline's own cost: upload, Temporal, parse and chunk (parser processes),
+The fake OpenAI-compatible server of the tests (tests/helpers/fake_openai.py) is the embedder, so
+the figure is the pipeline's own cost: upload, Temporal, parse and chunk (parser processes),
 embed, upsert, publish, events. Prints uploads/s accepted, documents/s end to end (first
 upload sent to last import completed, as Temporal records it), the completion rate between
 10 % and 90 % of the documents, and failures. With --s3, the files are kept in S3-compatible
@@ -30,8 +30,8 @@ from bench.common import bench_settings, running_process
 from knowledgeops.config.settings import Settings
 from knowledgeops.runtime.temporal import connect
 from starter.dev_server import free_port, port_in_use
-from tests.fake_openai import FakeOpenAI
-from tests.s3_server import rclone_s3
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.s3_server import rclone_s3
 
 # How often the bench asks Temporal how many imports have ended (a cheap count query).
 POLL_SECONDS = 1.0

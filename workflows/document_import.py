@@ -100,7 +100,7 @@ async def parse_and_chunk(
 
 # Outside the sandbox: for a small document the sandbox (a fresh import of this module per run,
 # a context switch into it per payload) was half the worker's CPU (docs/benchmarks.md, "Many
-# small documents"). The code stays sandbox-clean: tests/test_replay.py replays import
+# small documents"). The code stays sandbox-clean: tests/platform/test_replay.py replays import
 # histories in the sandbox, which fails on any non-deterministic call.
 @workflow.defn(name="DocumentImport", sandboxed=False)
 class DocumentImportWorkflow(TaskWorkflow[DocumentImportPayload, DocumentImportResult]):

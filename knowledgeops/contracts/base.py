@@ -3,7 +3,7 @@
 Workflows import only contracts, so they cannot hold the activity functions themselves (those
 pull in Qdrant, the models, the database). An `ActivityRef` is the typed stand-in: its name is
 the registered activity's name and its types are the implementation's argument and result
-(`tests/test_registry.py` checks both against the implementation), so a workflow call is
+(`tests/platform/test_registry.py` checks both against the implementation), so a workflow call is
 type-checked end to end without importing anything heavy into the sandbox.
 """
 

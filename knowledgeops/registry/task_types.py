@@ -4,8 +4,8 @@ Each entry declares everything about a type: its workflow, payload and result mo
 queue, execution timeout, the options of every activity it runs, the activity classes that
 implement them, its progress unit and its event projection. The worker registers what this
 says, the service starts what this says, status and the admin views read progress units from
-here, and the event store runs the projections named here; `tests/test_registry.py` enforces
-the rules (bounded retries, heartbeats on long activities, every implementation registered
+here, and the event store runs the projections named here; `tests/platform/test_registry.py`
+enforces the rules (bounded retries, heartbeats on long activities, every implementation registered
 exactly once).
 
 The entries are written in `families/` by family (ingest.py, ai.py, maintenance.py) and
