@@ -49,7 +49,8 @@ from knowledgeops.ingest.embed_upsert import embed_chunks, upsert_chunks
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.models.embedding import make_embedder
 from knowledgeops.runtime.temporal import connect
-from starter.services.documents import DocumentService, derive_document_id
+from starter.services.document_imports import derive_document_id
+from starter.services.documents import DocumentService
 from starter.services.tasks import TaskQueueService
 
 

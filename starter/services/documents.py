@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,10 +27,11 @@ from knowledgeops.formats import detect_format
 from knowledgeops.index.live import live_index
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import model_id_for
-from knowledgeops.registry.task_types import EXPRESS_PRIORITY, TaskType
+from knowledgeops.registry.task_types import TaskType
 from starter.services import document_chunks
 from starter.services.admission import FILE_BYTES_MEMO, Admission
 from starter.services.document_chunks import ChunkPage
+from starter.services.document_imports import derive_document_id, import_priority, import_task_name
 from starter.services.document_models import (
     DeleteAccepted,
     Document,
@@ -44,32 +44,6 @@ from starter.services.document_models import (
 )
 from starter.services.task_models import TaskFinishedError, TaskNotFoundError, TaskStatus
 from starter.services.tasks import TaskQueueService
-
-# Temporal priority keys (1 = first; unset = 3) of imports by file size.
-SMALL_IMPORT_PRIORITY, MEDIUM_IMPORT_PRIORITY, LARGE_IMPORT_PRIORITY = EXPRESS_PRIORITY, 2, 3
-MEDIUM_IMPORT_BYTES = 1024 * 1024
-
-
-def import_priority(size: int, small_bytes: int) -> int:
-    """Small documents ahead of medium ones ahead of big ones: a one-page upload never waits
-    behind a bulk import's backlog, and a 100-page report not behind 2 MB dumps."""
-    if size <= small_bytes:
-        return SMALL_IMPORT_PRIORITY
-    return MEDIUM_IMPORT_PRIORITY if size <= MEDIUM_IMPORT_BYTES else LARGE_IMPORT_PRIORITY
-
-
-def derive_document_id(file_id: str, owner: str | None = None) -> str:
-    # Same bytes -> same document: re-importing a file updates it instead of adding a copy.
-    # Per owner: two owners importing the same file get a document each, never one shared.
-    if owner is None:
-        return "doc-" + file_id[:32]
-    return "doc-" + hashlib.sha256(f"{owner}\x00{file_id}".encode()).hexdigest()[:32]
-
-
-def import_task_name(document_id: str) -> str:
-    """The one task id of a document's imports (before the deployment prefix): it serialises
-    imports of the document."""
-    return f"import-{document_id}"
 
 
 class DocumentService:
