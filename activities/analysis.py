@@ -10,9 +10,6 @@ already stored (a completion that never reached the server), so nothing is asked
 
 from __future__ import annotations
 
-import re
-
-from pydantic import BaseModel
 from temporalio import activity
 
 from activities.map_reduce import (
@@ -35,10 +32,7 @@ from knowledgeops.contracts.analysis import (
     AnalysisPlan,
     AnalysisRequest,
     AnalysisStep,
-    AnswerCheck,
-    Concept,
     Diagnosis,
-    Readability,
     Source,
 )
 from knowledgeops.db.catalogue import DocumentCatalogue
@@ -46,51 +40,22 @@ from knowledgeops.errors import bad_input
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.index.points import Scope
-from knowledgeops.learning import artifacts_local as local
-from knowledgeops.learning.artifacts_model import combine_answers
-from knowledgeops.learning.chunk_text import passages
+from knowledgeops.learning.analysis_local import (
+    LOCAL_METHOD,
+    LocalDiagnosisGroup,
+    collect_local,
+    diagnose_locally,
+)
+from knowledgeops.learning.analysis_model import (
+    ANSWER_SOURCES,
+    NO_ANSWER_CHECK_WITHOUT_MODEL,
+    diagnose_group,
+    judge_answer,
+    merge_diagnoses,
+)
+from knowledgeops.learning.analysis_render import analysis_md
 from knowledgeops.models.chat import ChatModel
 from knowledgeops.runtime.resources import Resources
-from knowledgeops.text.terms import words as words_of
-
-LOCAL_METHOD = "local:key-terms+readability"
-# Chunks an answer is judged against: the nearest to the question and the answer.
-ANSWER_SOURCES = 6
-SYSTEM = (
-    "You help learners study a document. Judge only by the passages given, never by what you "
-    "know otherwise. Each passage starts with [chunk N]: where asked for a chunk, give that N. "
-    "Write in the language of the passages."
-)
-DIAGNOSE_ASK = (
-    "Diagnose these passages for a learner: the key concepts (at most 8, each explained in one "
-    "sentence, with its chunk), the difficulty (introductory, intermediate or advanced) and "
-    "why, the prerequisites a reader needs, and the gaps: what the passages assume or leave "
-    "unexplained, each with the chunk where it shows."
-)
-COMBINE_DIAGNOSES = (
-    "These are diagnoses of consecutive parts of one document, in order, with chunk numbers. "
-    "Merge them into one diagnosis of the whole document: its key concepts (at most 10), its "
-    "overall difficulty and why, the prerequisites, and the gaps, keeping the chunk numbers."
-)
-CHECK_ASK = (
-    "Judge the learner's answer to the question against the passages only: the verdict "
-    "(correct, partly or wrong), feedback for the learner, what a complete answer has that "
-    "this one lacks, any misconceptions, and the chunks your judgement rests on."
-)
-NO_ANSWER_CHECK_WITHOUT_MODEL = (
-    "checking a learner's answer needs a chat model: set CHAT_MODEL (and OPENAI_BASE_URL / "
-    "OPENAI_API_KEY). There is no local method: similarity to the document cannot tell a right "
-    "answer from a wrong one"
-)
-_SENTENCE_END = re.compile(r"[.!?。！？](?:\s|$)")
-_VOWEL_GROUPS = re.compile(r"[aeiouy]+")
-
-
-class LocalDiagnosisGroup(BaseModel):
-    terms: list[local.TermStat]
-    sentences: int
-    words: int
-    syllables: int
 
 
 class AnalysisActivities:
@@ -142,13 +107,7 @@ class AnalysisActivities:
                     chat = self._chat(step.method)
 
                     async def ask(chunks: list[Chunk]) -> tuple[Diagnosis, TokenUsage]:
-                        content = DIAGNOSE_ASK + "\n\n" + passages(chunks)
-                        messages = [
-                            {"role": "system", "content": SYSTEM},
-                            {"role": "user", "content": content},
-                        ]
-                        found, usage = await chat.structured(messages, Diagnosis)
-                        return _cited(found, chunks[0].index, chunks[-1].index + 1), usage
+                        return await diagnose_group(chat, chunks)
 
                     diagnoses, _, out.usage = await map_groups(work, reader, plan, Diagnosis, ask)
                     async with Heartbeater():
@@ -158,12 +117,12 @@ class AnalysisActivities:
                     async def collect(
                         chunks: list[Chunk],
                     ) -> tuple[LocalDiagnosisGroup, TokenUsage]:
-                        return _collect_local(chunks), TokenUsage()
+                        return collect_local(chunks), TokenUsage()
 
                     groups, _, _ = await map_groups(
                         work, reader, plan, LocalDiagnosisGroup, collect
                     )
-                    _diagnose_locally(out, groups)
+                    diagnose_locally(out, groups)
         finally:
             reader.close()
         return await self._save(out, work)
@@ -171,19 +130,10 @@ class AnalysisActivities:
     async def _merge(
         self, chat: ChatModel, out: AnalysisOutput, parts: list[Diagnosis]
     ) -> Diagnosis:
-        if len(parts) == 1:
-            return parts[0]
-        merged, cost = await combine_answers(
-            chat,
-            self.r.settings.chat_input_tokens,
-            COMBINE_DIAGNOSES,
-            [diagnosis_text(d) for d in parts],
-            Diagnosis,
-            diagnosis_text,
-            SYSTEM,
-        )
+        budget = self.r.settings.chat_input_tokens
+        merged, cost = await merge_diagnoses(chat, budget, parts, out.chunks)
         out.usage = out.usage.add(cost)
-        return _cited(merged, 0, out.chunks)
+        return merged
 
     @activity.defn(name=CHECK_ANSWER.name)
     async def check_answer(self, step: AnalysisStep) -> AnalysisDone:
@@ -211,18 +161,7 @@ class AnalysisActivities:
                     Chunk(index=h.chunk_index, text=h.text, content_hash="", heading=h.heading)
                     for h in hits
                 ]
-                content = (
-                    f"{CHECK_ASK}\n\nQuestion: {req.question}\n\nLearner's answer: {req.answer}"
-                    f"\n\nPassages:\n\n{passages(chunks)}"
-                )
-                messages = [
-                    {"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": content},
-                ]
-                check, out.usage = await chat.structured(messages, AnswerCheck)
-        known = {h.chunk_index for h in hits}
-        # A citation of a chunk the model was not shown is invented: left out.
-        check.citations = sorted({c for c in check.citations if c in known})
+                check, out.usage = await judge_answer(chat, req.question, req.answer, chunks)
         out.answer_check = check
         out.sources = [
             Source(chunk=h.chunk_index, heading=h.heading, score=h.score, text=h.text) for h in hits
@@ -277,96 +216,3 @@ def _done(out: AnalysisOutput) -> AnalysisDone:
         gaps=len(d.gaps) if d else 0,
         citations=check.citations if check else [],
     )
-
-
-def _cited(d: Diagnosis, lo: int, hi: int) -> Diagnosis:
-    """Concepts and gaps citing a chunk outside [lo, hi) are invented: left out."""
-    return d.model_copy(
-        update={
-            "key_concepts": [c for c in d.key_concepts if lo <= c.chunk < hi],
-            "gaps": [g for g in d.gaps if lo <= g.chunk < hi],
-        }
-    )
-
-
-def _syllables(word: str) -> int:
-    groups = len(_VOWEL_GROUPS.findall(word.lower()))
-    if word.lower().endswith("e") and groups > 1:
-        groups -= 1  # a silent final e
-    return max(1, groups)
-
-
-def _collect_local(chunks: list[Chunk]) -> LocalDiagnosisGroup:
-    words = [w for c in chunks for w in words_of(c.text)]
-    return LocalDiagnosisGroup(
-        terms=local.strongest(local.term_stats(chunks), 50),
-        sentences=sum(len(_SENTENCE_END.findall(c.text + " ")) for c in chunks),
-        words=len(words),
-        syllables=sum(_syllables(w) for w in words),
-    )
-
-
-def _diagnose_locally(out: AnalysisOutput, groups: list[LocalDiagnosisGroup]) -> None:
-    terms = local.key_terms([g.terms for g in groups], 10)
-    concepts = [Concept(name=t.term, explanation=t.sentence, chunk=t.chunk) for t in terms]
-    sentences, words = sum(g.sentences for g in groups), sum(g.words for g in groups)
-    syllables = sum(g.syllables for g in groups)
-    difficulty, reason = "unknown", "too little English-like text to measure readability"
-    if words >= 50 and sentences:
-        wps, spw = words / sentences, syllables / words
-        grade = round(0.39 * wps + 11.8 * spw - 15.59, 1)
-        out.readability = Readability(
-            sentences=sentences,
-            words=words,
-            words_per_sentence=round(wps, 1),
-            syllables_per_word=round(spw, 2),
-            grade=grade,
-        )
-        difficulty = "introductory" if grade < 9 else "intermediate" if grade < 13 else "advanced"
-        reason = (
-            f"Flesch-Kincaid grade {grade} ({wps:.1f} words per sentence, "
-            f"{spw:.2f} syllables per word)"
-        )
-    out.diagnosis = Diagnosis(
-        key_concepts=concepts,
-        difficulty=difficulty,
-        difficulty_reason=reason,
-        prerequisites=[],
-        gaps=[],
-    )
-    out.notes.append(
-        "Made without a chat model: key concepts are recurring terms with their defining "
-        "sentence, difficulty is a readability grade. Prerequisites and gaps need a chat model "
-        "(set CHAT_MODEL)."
-    )
-
-
-def diagnosis_text(d: Diagnosis) -> str:
-    lines = [f"Difficulty: {d.difficulty} ({d.difficulty_reason})"]
-    lines += [f"- concept {c.name} [chunk {c.chunk}]: {c.explanation}" for c in d.key_concepts]
-    lines += [f"- prerequisite: {p}" for p in d.prerequisites]
-    lines += [f"- gap [chunk {g.chunk}]: {g.description}" for g in d.gaps]
-    return "\n".join(lines)
-
-
-def analysis_md(out: AnalysisOutput) -> str:
-    lines = [f"# {out.title}: {'diagnosis' if out.mode == 'diagnosis' else 'answer check'}", ""]
-    if out.diagnosis is not None:
-        d = out.diagnosis
-        lines += [f"**Difficulty:** {d.difficulty} ({d.difficulty_reason})", "", "## Key concepts"]
-        lines += [f"- **{c.name}**: {c.explanation} (chunk {c.chunk})" for c in d.key_concepts]
-        if d.prerequisites:
-            lines += ["", "## Prerequisites", *(f"- {p}" for p in d.prerequisites)]
-        if d.gaps:
-            lines += ["", "## Gaps", *(f"- {g.description} (chunk {g.chunk})" for g in d.gaps)]
-    if out.answer_check is not None:
-        a = out.answer_check
-        lines += [f"**Question:** {out.question}", "", f"**Answer:** {out.answer}", ""]
-        lines += [f"**Verdict:** {a.verdict}", "", a.feedback]
-        if a.missing:
-            lines += ["", "## Missing", *(f"- {m}" for m in a.missing)]
-        if a.misconceptions:
-            lines += ["", "## Misconceptions", *(f"- {m}" for m in a.misconceptions)]
-        if a.citations:
-            lines += ["", "Sources: " + ", ".join(f"chunk {c}" for c in a.citations)]
-    return "\n".join(lines) + "\n"

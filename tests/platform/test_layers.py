@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"models", "files", "text"},
     {"db"},
     {"index"},
-    {"ingest", "learning"},
+    {"ingest", "learning", "vision"},
     {"ocr", "documents", "reports", "backup"},
     {"runtime"},
     {"cleanup", "agent"},
