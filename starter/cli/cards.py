@@ -5,13 +5,29 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.db.database import Database
-from knowledgeops.db.review_cards import ReviewCards
+from starter.cli.common import add_command
+
+
+def add_parser(sub: Any) -> None:
+    cd = add_command(sub, "cards", "a document's review cards and their FSRS state")
+    cd.add_argument("document_id", help="the document's id")
+    cd.add_argument(
+        "--limit", type=int, default=100, help="cards shown at most (default: %(default)s)"
+    )
+    cd.add_argument(
+        "--offset", type=int, default=0, help="cards skipped first (default: %(default)s)"
+    )
+    cd.add_argument("--json", action="store_true", help="print the page of cards as JSON")
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
+    # Here, not at the top: every command builds this module's parser, few open the database.
+    from knowledgeops.db.database import Database
+    from knowledgeops.db.review_cards import ReviewCards
+
     db = await Database.open(settings)
     try:
         page = await ReviewCards(db).list(args.document_id, limit=args.limit, offset=args.offset)

@@ -5,17 +5,71 @@ command that needs none of them starts fast."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-from collections.abc import AsyncIterator
+import textwrap
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from knowledgeops.config.settings import Settings
 
 if TYPE_CHECKING:
     from starter.services.tasks import TaskQueueService
 from starter.services.task_models import TaskStatus
+
+# Width of an epilog's lines: argparse wraps help texts to the terminal, but an epilog is kept
+# as written (RawDescriptionHelpFormatter), so it is wrapped here.
+EPILOG_WIDTH = 79
+
+
+def add_command(
+    sub: Any, name: str, text: str, *, epilog: str | None = None
+) -> argparse.ArgumentParser:
+    """A subcommand: `text` is its line in the parent's listing and opens its own --help; its
+    epilog (exit codes, task types) keeps the lines `epilog_section` gave it."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=text,
+        description=textwrap.fill(text, EPILOG_WIDTH),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def epilog_section(title: str, rows: Iterable[tuple[object, str]], width: int = 5) -> str:
+    """`title:` then one `key  text` row each, the text wrapped under itself."""
+    lines = [f"{title}:"]
+    for key, text in rows:
+        lines += textwrap.wrap(
+            text,
+            EPILOG_WIDTH,
+            initial_indent=f"  {key!s:<{width}} ",
+            subsequent_indent=" " * (width + 3),
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines)
+
+
+def exit_codes(*rows: tuple[int, str]) -> str:
+    """The `exit codes:` section of a command's epilog: the codes it adds to the common ones
+    (`knowledgeops --help`); the texts of one code are joined into one row."""
+    merged: dict[int, list[str]] = {}
+    for code, text in rows:
+        merged.setdefault(code, []).append(text)
+    return epilog_section(
+        "exit codes (besides those of `knowledgeops --help`)",
+        [(code, "; ".join(texts)) for code, texts in sorted(merged.items())],
+    )
+
+
+# What follow_and_report makes of a followed task, for the epilogs of the commands that follow.
+FOLLOW_CODE = (
+    1,
+    "with --follow: the task did not complete (failed, cancelled, terminated, timed out)",
+)
 
 
 def actor() -> str:

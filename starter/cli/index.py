@@ -8,12 +8,15 @@ import argparse
 from typing import Any
 
 from knowledgeops.config.settings import Settings
+from starter.cli.common import add_command
 
 
 def add_parser(sub: Any) -> None:
-    ix = sub.add_parser("index", help="the embedded index: move an earlier version's in")
-    ix_sub = ix.add_subparsers(dest="index_command", required=True)
-    ix_sub.add_parser("migrate", help="move data/qdrant (an earlier version's index) in")
+    ix = add_command(sub, "index", "the embedded index: move an earlier version's in")
+    ix_sub = ix.add_subparsers(
+        dest="index_command", required=True, metavar="ACTION", help="one of:"
+    )
+    add_command(ix_sub, "migrate", "move data/qdrant (an earlier version's index) in")
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,165 +1,247 @@
-"""`knowledgeops` command line: run the system; start, follow and cancel tasks; documents and
-search (starter/cli/documents.py)."""
+"""`knowledgeops` command line: the parser and the dispatch. The system's processes (dev, server,
+api, worker) and import / documents / search (run by starter/cli/documents.py) are parsed here;
+the other command families build their parsers in their modules (add_parser): tasks.py,
+maintenance.py, ocr.py, index.py, storage.py, cards.py. `--help` documents the exit codes."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import importlib.metadata
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError
-from knowledgeops.registry.task_types import TaskType, spec_for
-from starter.cli.common import actor, follow_and_report, print_status, task_service
+from knowledgeops.registry.task_types import Pool
+from starter.cli.common import (
+    EPILOG_WIDTH,
+    FOLLOW_CODE,
+    add_command,
+    epilog_section,
+    exit_codes,
+    task_service,
+)
 
-if TYPE_CHECKING:
-    from starter.services.document_models import ImportRef
-    from starter.services.tasks import TaskQueueService
+DESCRIPTION = textwrap.fill(
+    "Run knowledgeops (the Temporal dev server, workers, the HTTP API); start, follow and "
+    "cancel tasks; import, show, delete and search documents; backups, schedules, re-index.",
+    EPILOG_WIDTH,
+)
+# What run() and the commands return (`--follow`: follow_and_report); argparse exits 2 itself.
+EXIT_CODES = epilog_section(
+    "exit codes",
+    [
+        (0, "success; dev, server and api once running: stopped by Ctrl-C or SIGTERM"),
+        (
+            1,
+            'an error, printed as "error: ..." on stderr: Temporal, the database or the API '
+            "cannot be reached; not found (an unknown task, document or archive); an invalid "
+            "or refused request (e.g. --payload that is not JSON, a task that has finished); "
+            "or a task followed with --follow that did not complete (failed, cancelled, "
+            "terminated, timed out). An unexpected error prints a traceback and exits 1 too",
+        ),
+        (
+            2,
+            "invalid command line (a usage error), or an invalid setting (environment or "
+            ".env; the message names each)",
+        ),
+        (130, "interrupted by Ctrl-C (a command other than dev, server and api)"),
+    ],
+) + ("\n\n`knowledgeops COMMAND --help`: the arguments of COMMAND and the exit codes it adds.")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="knowledgeops", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("dev", help="Temporal dev server + worker + API, all in one (Ctrl-C stops)")
-    sub.add_parser("server", help="only the Temporal dev server, configured as `dev` does")
-    sub.add_parser("api", help="only the HTTP API (needs QDRANT_URL or a free local index)")
-    w = sub.add_parser("worker", help="a worker against TEMPORAL_ADDRESS")
+# starter/http/access.py check_exposure: refused before anything starts.
+OPEN_API = "API_HOST is not a loopback address while API_TOKENS is empty"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("knowledgeops")
+    except importlib.metadata.PackageNotFoundError:
+        # The installed distribution is the one source of the version; no pyproject guessing.
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from starter.cli import cards as cli_cards
+    from starter.cli import index as cli_index
+    from starter.cli import maintenance as cli_maintenance
+    from starter.cli import ocr as cli_ocr
+    from starter.cli import storage as cli_storage
+    from starter.cli import tasks as cli_tasks
+
+    p = argparse.ArgumentParser(
+        prog="knowledgeops",
+        description=DESCRIPTION,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {_version()}",
+        help="print `knowledgeops VERSION` (the installed version) and exit",
+    )
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do, one of:"
+    )
+    _add_processes(sub)
+    _add_import(sub)
+    cli_ocr.add_parser(sub)
+    cli_index.add_parser(sub)
+    cli_storage.add_parser(sub)
+    cli_tasks.add_parser(sub)
+    _add_documents(sub)
+    cli_tasks.add_schedules(sub)
+    cli_maintenance.add_parser(sub)
+    cli_cards.add_parser(sub)
+    _add_search(sub)
+    return p
+
+
+def _add_processes(sub: Any) -> None:
+    stopped = (0, "stopped by Ctrl-C or SIGTERM")
+    add_command(
+        sub,
+        "dev",
+        "Temporal dev server + worker + API, all in one (Ctrl-C stops)",
+        epilog=exit_codes(
+            stopped,
+            (
+                1,
+                "a port it needs is taken, the worker process exited or did not serve the "
+                "API in time, or the Temporal dev server kept dying (it is restarted a few "
+                f"times first); {OPEN_API}",
+            ),
+        ),
+    )
+    add_command(
+        sub,
+        "server",
+        "only the Temporal dev server, configured as `dev` does",
+        epilog=exit_codes(stopped, (1, "the Temporal dev server kept dying")),
+    )
+    add_command(
+        sub,
+        "api",
+        "only the HTTP API (needs QDRANT_URL or a free local index)",
+        epilog=exit_codes(
+            stopped,
+            (
+                1,
+                "it could not start (e.g. Temporal unreachable), or a part of it stopped; "
+                + OPEN_API,
+            ),
+        ),
+    )
+    w = add_command(
+        sub,
+        "worker",
+        "a worker against TEMPORAL_ADDRESS",
+        epilog=exit_codes(
+            (0, "the worker process was stopped by SIGINT or SIGTERM"),
+            (1, f"it stopped on an error (e.g. Temporal unreachable); {OPEN_API}"),
+            (2, "an invalid setting or --pool"),
+            (130, "Ctrl-C"),
+        ),
+    )
     w.add_argument("--no-api", action="store_true", help="do not serve the HTTP API")
     w.add_argument(
         "--pool",
         action="append",
         default=[],
         metavar="NAME",
-        help="run this pool of work (repeatable; default WORKER_POOLS, else all): parse, "
-        "ingest, ai, maintenance",
+        help="run this pool of work (repeatable; default WORKER_POOLS, else all): "
+        + ", ".join(pool.value for pool in Pool),
     )
 
-    i = sub.add_parser("import", help="store files and start one import per file")
-    i.add_argument("paths", nargs="+", type=Path)
+
+def _add_import(sub: Any) -> None:
+    i = add_command(
+        sub,
+        "import",
+        "store files and start one import per file",
+        epilog=exit_codes(
+            (
+                1,
+                "a PATH is not a file, or --document-id with several PATHs (nothing is "
+                "imported); the API refused a file (the others are imported); with --follow: "
+                "an import did not complete",
+            )
+        ),
+    )
+    i.add_argument(
+        "paths", nargs="+", type=Path, metavar="PATH", help="a file to import (one document each)"
+    )
     i.add_argument("--follow", action="store_true", help="show progress until all finish")
-    i.add_argument("--json", action="store_true")
-    i.add_argument("--document-id", help="document id (default: derived from the content)")
-    i.add_argument("--title")
-    i.add_argument("--tags", default="", help="comma-separated")
-    i.add_argument("--owner")
+    i.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: the imports started (with --follow: their final statuses)",
+    )
+    i.add_argument(
+        "--document-id", help="document id, with one PATH only (default: derived from the content)"
+    )
+    i.add_argument("--title", help="the document's title (default: none; its file name shows)")
+    i.add_argument("--tags", default="", help="comma-separated tags, e.g. a,b (default: none)")
+    i.add_argument("--owner", help="the document's owner (default: none)")
 
-    from starter.cli import index as cli_index
-    from starter.cli import ocr as cli_ocr
-    from starter.cli import storage as cli_storage
 
-    cli_ocr.add_parser(sub)
-    cli_index.add_parser(sub)
-    cli_storage.add_parser(sub)
-
-    r = sub.add_parser("run", help="start a task of any type")
-    r.add_argument("task_type", choices=[t.value for t in TaskType], metavar="TYPE")
-    r.add_argument("--payload", default="{}", help="JSON, or @file with JSON")
-    r.add_argument("--idempotency-key")
-    r.add_argument("--follow", action="store_true", help="show progress until it finishes")
-    r.add_argument("--json", action="store_true")
-
-    s = sub.add_parser("status", help="status and progress of a task")
-    s.add_argument("task_id")
-    s.add_argument("--json", action="store_true")
-
-    c = sub.add_parser("cancel", help="cancel a task (an import's partial index entries go)")
-    c.add_argument("task_id")
-    c.add_argument("--reason", default="", help="recorded in the audit log")
-
-    m = sub.add_parser("message", help="send a follow-up message to an agent task, print the reply")
-    m.add_argument("task_id")
-    m.add_argument("text")
-    m.add_argument("--json", action="store_true")
-
-    d = sub.add_parser("documents", help="list, show or delete documents")
-    dsub = d.add_subparsers(dest="action", required=True)
-    dl = dsub.add_parser("list", help="the catalogue, newest first")
-    dl.add_argument("--owner")
-    dl.add_argument("--limit", type=int, default=50)
-    dl.add_argument("--json", action="store_true")
-    ds = dsub.add_parser("show", help="one document with its last import")
-    ds.add_argument("document_id")
+def _add_documents(sub: Any) -> None:
+    d = add_command(sub, "documents", "list, show or delete documents")
+    dsub = d.add_subparsers(dest="action", required=True, metavar="ACTION", help="one of:")
+    dl = add_command(dsub, "list", "the catalogue, newest first")
+    dl.add_argument("--owner", help="only this owner's documents (default: everyone's)")
+    dl.add_argument(
+        "--limit", type=int, default=50, help="documents listed at most (default: %(default)s)"
+    )
+    dl.add_argument("--json", action="store_true", help="print the page as JSON")
+    ds = add_command(
+        dsub,
+        "show",
+        "one document with its last import",
+        epilog=exit_codes((1, "no such document; --chunks: the chunks cannot be shown")),
+    )
+    ds.add_argument("document_id", help="the document's id")
     ds.add_argument("--chunks", action="store_true", help="also its indexed chunks, in order")
-    ds.add_argument("--offset", type=int, default=0, help="first chunk shown (with --chunks)")
-    ds.add_argument("--limit", type=int, default=50, help="chunks shown, 1-500 (with --chunks)")
-    ds.add_argument("--json", action="store_true")
-    dd = dsub.add_parser("delete", help="out of search now; a task removes points, chunks, file")
-    dd.add_argument("document_id")
-    dd.add_argument("--reason", default="", help="recorded in the audit log")
+    ds.add_argument(
+        "--offset", type=int, default=0, help="first chunk shown (with --chunks; default: 0)"
+    )
+    ds.add_argument(
+        "--limit", type=int, default=50, help="chunks shown, 1-500 (with --chunks; default: 50)"
+    )
+    ds.add_argument(
+        "--json", action="store_true", help="print JSON (with --chunks: {document, chunks})"
+    )
+    dd = add_command(
+        dsub,
+        "delete",
+        "out of search now; a task removes points, chunks, file",
+        epilog=exit_codes((1, "no such document"), FOLLOW_CODE),
+    )
+    dd.add_argument("document_id", help="the document's id")
+    dd.add_argument("--reason", default="", help="recorded in the audit log (default: none)")
     dd.add_argument("--follow", action="store_true", help="show progress until it finishes")
 
-    sc = sub.add_parser("schedules", help="the maintenance schedules (backup, cleanup, report)")
-    scsub = sc.add_subparsers(dest="action", required=True)
-    scl = scsub.add_parser("list", help="each schedule: cron, paused, next and recent runs")
-    scl.add_argument("--json", action="store_true")
-    for action, text in (
-        ("pause", "stop starting runs until unpaused"),
-        ("unpause", "start runs again"),
-        ("trigger", "start a run now"),
-    ):
-        a = scsub.add_parser(action, help=text)
-        a.add_argument("task_type", metavar="TYPE", help="e.g. BACKUP_EXECUTE")
-        a.add_argument("--reason", default="", help="recorded in the audit log")
 
-    b = sub.add_parser("backup", help="start a backup (BACKUP_EXECUTE) of database, index, files")
-    b.add_argument("--label", help="recorded in the archive's manifest")
-    b.add_argument("--follow", action="store_true", help="show progress until it finishes")
-    b.add_argument("--json", action="store_true")
-    b.add_argument(
-        "--export",
-        metavar="ARCHIVE",
-        help="start no backup: write this archive (name or folder) as one self-contained "
-        "file, restorable alone (see --to)",
-    )
-    b.add_argument("--to", metavar="FILE", help="with --export: the file (default ARCHIVE.tar)")
-    rs = sub.add_parser("restore", help="restore a backup archive (stop the worker first)")
-    rs.add_argument(
-        "archive",
-        help="archive name under the backups folder (or at BACKUP_URL), its folder, or an "
-        "export: a .tar file or its s3:// / file:// URL",
-    )
-    rs.add_argument("--force", action="store_true", help="replace existing data")
-    rs.add_argument("--json", action="store_true")
-
-    ri = sub.add_parser(
-        "reindex",
-        help="rebuild every document into a new index (a new model / chunk size) and switch "
-        "search to it with no downtime (INDEXING_UPSERT with reindex)",
-    )
-    ri.add_argument("--model", help="embedding model id, e.g. openai:text-embedding-3-small")
-    ri.add_argument("--chunk-tokens", type=int, help="split every document again")
-    ri.add_argument("--concurrency", type=int, default=4, help="documents rebuilt at once")
-    ri.add_argument(
-        "--grace-seconds", type=int, default=3600, help="keep the previous index this long"
-    )
-    ri.add_argument("--reason", default="", help="recorded in the audit log")
-    ri.add_argument("--follow", action="store_true", help="show progress until it finishes")
-    ri.add_argument("--json", action="store_true")
-
-    cd = sub.add_parser("cards", help="a document's review cards and their FSRS state")
-    cd.add_argument("document_id")
-    cd.add_argument("--limit", type=int, default=100)
-    cd.add_argument("--offset", type=int, default=0)
-    cd.add_argument("--json", action="store_true")
-
-    q = sub.add_parser("search", help="search imported documents (hybrid, dense or keyword)")
-    q.add_argument("query")
-    q.add_argument("-k", type=int, default=5)
-    q.add_argument("--document-id")
+def _add_search(sub: Any) -> None:
+    q = add_command(sub, "search", "search imported documents (hybrid, dense or keyword)")
+    q.add_argument("query", help="what to search for (quote it if it has spaces)")
+    q.add_argument("-k", type=int, default=5, help="hits returned (default: %(default)s)")
+    q.add_argument("--document-id", help="search only this document (default: all)")
     q.add_argument(
         "--mode",
         choices=["hybrid", "dense", "keyword"],
         default="hybrid",
         help="hybrid (default): meaning and exact words; dense: meaning; keyword: BM25",
     )
-    q.add_argument("--json", action="store_true")
-    return p
+    q.add_argument("--json", action="store_true", help="print the hits as JSON")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -172,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         settings = load_settings()
     except SettingsError as e:
@@ -221,112 +303,13 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
 
         return await cli_documents.command(args, settings)
     async with task_service(settings) as service:
-        if args.command == "run":
-            return await _run_task(service, args)
         if args.command == "ocr":
             from starter.cli import ocr as cli_ocr
 
             return await cli_ocr.command(service, args, settings)
-        if args.command == "schedules":
-            return await _schedules(service, args)
-        if args.command == "status":
-            st = await service.get_status(args.task_id)
-            if args.json:
-                print(st.model_dump_json(indent=2))
-            else:
-                print_status(st)
-            return 0
-        if args.command == "cancel":
-            await service.cancel(args.task_id, reason=args.reason, actor=actor())
-            print(f"cancel requested for {args.task_id}")
-            return 0
-        if args.command == "message":
-            from starter.services.agent import cli_message
+        from starter.cli import tasks as cli_tasks
 
-            return await cli_message(service, args.task_id, args.text, args.json)
-    raise AssertionError(args.command)
-
-
-async def _run_task(service: TaskQueueService, args: argparse.Namespace) -> int:
-    text = args.payload
-    if text.startswith("@"):
-        text = await asyncio.to_thread(Path(text[1:]).read_text)
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--payload is not valid JSON: {e}") from None
-    if args.task_type == TaskType.DOCUMENT_IMPORT.value:
-        ref: Any = await _import_by_payload(service, payload, args.idempotency_key)
-    else:
-        ref = await service.enqueue(
-            args.task_type, payload, idempotency_key=args.idempotency_key, requested_by=actor()
-        )
-    if not args.follow:
-        print(ref.model_dump_json(indent=2) if args.json else ref.task_id)
-        return 0
-    return await follow_and_report(service, [(args.task_type, ref.task_id)], quiet=args.json)
-
-
-async def _schedules(service: TaskQueueService, args: argparse.Namespace) -> int:
-    from knowledgeops.runtime import schedules
-
-    client, settings = service.client, service.settings
-    if args.action == "list":
-        found = await schedules.list_schedules(client, settings)
-        if args.json:
-            print(json.dumps([s.model_dump() for s in found], indent=2))
-            return 0
-        for s in found:
-            state = "paused" if s.paused else "active"
-            print(f"{s.schedule_id}  {s.task_type:<16} {' '.join(s.cron):<14} {state}")
-            print(f"    next: {', '.join(s.next_runs) or '-'}")
-        if not found:
-            print("no schedules (they are created when a worker starts)")
-        return 0
-    action = {"pause": schedules.pause, "unpause": schedules.unpause}.get(args.action)
-    sid = schedules.schedule_id(settings, spec_for(args.task_type.upper()).task_type)
-    try:
-        if action is not None:
-            await action(client, settings, args.task_type, args.reason or f"{args.action} by CLI")
-        else:
-            await schedules.trigger(client, settings, args.task_type)
-    except Exception as e:
-        await service.audit(
-            actor(), f"schedule_{args.action}", [sid], args.reason, "refused", {"error": str(e)}
-        )
-        raise
-    await service.audit(actor(), f"schedule_{args.action}", [sid], args.reason, "done")
-    print(f"{args.action}: {args.task_type}")
-    return 0
-
-
-async def _import_by_payload(service: TaskQueueService, raw: Any, key: str | None) -> ImportRef:
-    """A DOCUMENT_IMPORT goes through the document path (its one task id, admission), as
-    `POST /v1/tasks` does: two imports of one document must never race."""
-    from pydantic import ValidationError
-
-    from knowledgeops.contracts.document_import import DocumentImportPayload
-    from knowledgeops.errors import validation_text
-    from starter.services.documents import DocumentService
-
-    try:
-        payload = DocumentImportPayload.model_validate(raw)
-    except ValidationError as e:
-        problems = validation_text(e.errors())
-        raise ValueError(f"Invalid DOCUMENT_IMPORT payload: {problems}") from None
-    assert service.db is not None  # task_service opens it
-    documents = DocumentService(service, service.db, service.settings)
-    await documents.admit_stored(payload.file_id)
-    return await documents.import_stored(
-        payload.file_id,
-        filename=payload.filename,
-        document_id=payload.document_id,
-        metadata=payload.metadata,
-        idempotency_key=key,
-        requested_by=actor(),
-        chunking=payload.chunking,
-        embed_batch_size=payload.embed_batch_size,
-    )
+        return await cli_tasks.command(service, args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """`knowledgeops backup` (starts BACKUP_EXECUTE like `run` does; `--export` writes an archive as
-one file, here), `knowledgeops restore
-ARCHIVE` (runs here, in this process: no worker may run meanwhile; see
-knowledgeops/backup/restore.py)
-and `knowledgeops reindex` (starts a re-index: starter/services/reindex.py).
+one file, here), `knowledgeops restore ARCHIVE` (runs here, in this process: no worker may run
+meanwhile; see knowledgeops/backup/restore.py) and `knowledgeops reindex` (starts a re-index:
+starter/services/reindex.py).
 """
 
 from __future__ import annotations
@@ -16,10 +15,95 @@ from typing import TYPE_CHECKING, Any
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import TaskType
-from starter.cli.common import actor, follow_and_report, task_service
+from starter.cli.common import (
+    FOLLOW_CODE,
+    actor,
+    add_command,
+    exit_codes,
+    follow_and_report,
+    task_service,
+)
 
 if TYPE_CHECKING:
     from starter.services.tasks import TaskQueueService
+
+
+def add_parser(sub: Any) -> None:
+    b = add_command(
+        sub,
+        "backup",
+        "start a backup (BACKUP_EXECUTE) of database, index, files",
+        epilog=exit_codes((1, "--export: no such archive, or it cannot be written"), FOLLOW_CODE),
+    )
+    b.add_argument("--label", help="recorded in the archive's manifest (default: none)")
+    b.add_argument("--follow", action="store_true", help="show progress until it finishes")
+    b.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: the task started (with --follow: its final status)",
+    )
+    b.add_argument(
+        "--export",
+        metavar="ARCHIVE",
+        help="start no backup: write this archive (name or folder) as one self-contained "
+        "file, restorable alone (see --to)",
+    )
+    b.add_argument("--to", metavar="FILE", help="with --export: the file (default ARCHIVE.tar)")
+    rs = add_command(
+        sub,
+        "restore",
+        "restore a backup archive (stop the worker first)",
+        epilog=exit_codes(
+            (1, "no such archive, an invalid one, or data already there without --force")
+        ),
+    )
+    rs.add_argument(
+        "archive",
+        help="archive name under the backups folder (or at BACKUP_URL), its folder, or an "
+        "export: a .tar file or its s3:// / file:// URL",
+    )
+    rs.add_argument("--force", action="store_true", help="replace existing data")
+    rs.add_argument("--json", action="store_true", help="print what was restored as JSON")
+
+    ri = add_command(
+        sub,
+        "reindex",
+        "rebuild every document into a new index (a new model / chunk size) and switch "
+        "search to it with no downtime (INDEXING_UPSERT with reindex)",
+        epilog=exit_codes(
+            (2, "an invalid option value (the message names it); nothing is started"),
+            FOLLOW_CODE,
+        ),
+    )
+    ri.add_argument(
+        "--model",
+        help="embedding model id, e.g. openai:text-embedding-3-small (default: the live index's)",
+    )
+    ri.add_argument(
+        "--chunk-tokens",
+        type=int,
+        metavar="N",
+        help="split every document again into chunks of N tokens (default: keep the chunks)",
+    )
+    ri.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="documents rebuilt at once (default: %(default)s)",
+    )
+    ri.add_argument(
+        "--grace-seconds",
+        type=int,
+        default=3600,
+        help="keep the previous index this long (default: %(default)s)",
+    )
+    ri.add_argument("--reason", default="", help="recorded in the audit log (default: none)")
+    ri.add_argument("--follow", action="store_true", help="show progress until it finishes")
+    ri.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: the task started (with --follow: its final status)",
+    )
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:

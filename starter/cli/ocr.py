@@ -14,19 +14,32 @@ from knowledgeops.files import file_store
 from knowledgeops.files.data_files import open_storage
 from knowledgeops.files.ocr_results import OcrResults
 from knowledgeops.registry.task_types import TaskType
-from starter.cli.common import actor, follow_and_report
+from starter.cli.common import FOLLOW_CODE, actor, add_command, exit_codes, follow_and_report
 
 if TYPE_CHECKING:
     from starter.services.tasks import TaskQueueService
 
 
 def add_parser(sub: Any) -> None:
-    o = sub.add_parser("ocr", help="OCR an image or a PDF's pages (OCR_PROCESS)")
-    o.add_argument("path", type=Path, help="png, jpeg, tiff, webp, bmp or pdf")
+    o = add_command(
+        sub,
+        "ocr",
+        "OCR an image or a PDF's pages (OCR_PROCESS)",
+        epilog=exit_codes(
+            (1, "PATH cannot be stored (missing, too big) or --pages is invalid"), FOLLOW_CODE
+        ),
+    )
+    o.add_argument(
+        "path", type=Path, metavar="PATH", help="the file: png, jpeg, tiff, webp, bmp or pdf"
+    )
     o.add_argument("--pages", help="PDF pages (or TIFF frames), e.g. 1,3-5; default: all")
     o.add_argument("--follow", action="store_true", help="show progress until it finishes")
     o.add_argument("--text", action="store_true", help="with --follow: then print the text")
-    o.add_argument("--json", action="store_true")
+    o.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: the task started (with --follow: its final status)",
+    )
 
 
 def parse_pages(spec: str | None) -> list[int] | None:

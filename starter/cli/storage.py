@@ -8,15 +8,20 @@ import argparse
 from typing import Any
 
 from knowledgeops.config.settings import Settings
+from starter.cli.common import add_command, exit_codes
 
 
 def add_parser(sub: Any) -> None:
-    st = sub.add_parser("storage", help="STORAGE_URL: copy this data folder's files into it")
-    st_sub = st.add_subparsers(dest="storage_command", required=True)
-    up = st_sub.add_parser(
+    st = add_command(sub, "storage", "STORAGE_URL: copy this data folder's files into it")
+    st_sub = st.add_subparsers(
+        dest="storage_command", required=True, metavar="ACTION", help="one of:"
+    )
+    up = add_command(
+        st_sub,
         "upload",
-        help="copy stored files, chunks, OCR pages, outputs and reports into STORAGE_URL "
+        "copy stored files, chunks, OCR pages, outputs and reports into STORAGE_URL "
         "(what it holds at the same size is skipped)",
+        epilog=exit_codes((1, "STORAGE_URL is not set or cannot be reached")),
     )
     up.add_argument("--dry-run", action="store_true", help="say what would be copied")
 
