@@ -1,9 +1,11 @@
-"""Who may call the public API, and from where.
+"""Who may call the API, and from where: every token check lives here.
 
 - Bearer tokens from API_TOKENS ("token:caller[:owner]"): the caller names the audit actor; a
   token bound to an owner sees and changes only that owner's documents and tasks. With no
   tokens the API is open as "anonymous", which is allowed only on a loopback address
   (`check_exposure` refuses to serve otherwise).
+- Admin bearer tokens from ADMIN_TOKENS ("token:operator"), for /v1/admin (`operator`); with
+  none the admin API is disabled.
 - `BrowserGuard`, in front of every route: the Host header must name an allowed host (a DNS
   rebinding page reaches 127.0.0.1 under its own host name), and a state-changing request must
   be one a browser cannot send cross-site without a CORS preflight (which this API never
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from fastapi import Depends, Header
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -61,26 +64,59 @@ def check_exposure(settings: Settings) -> None:
         )
 
 
-def caller(rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> Caller:
+# The two bearer schemes, declared in the OpenAPI document. auto_error=False: a missing or
+# non-Bearer Authorization comes in as None and the checks below answer it, in our error shape.
+api_bearer = HTTPBearer(
+    scheme_name="apiToken",
+    description="An API token (API_TOKENS). With none configured the API is open, on loopback.",
+    auto_error=False,
+)
+admin_bearer = HTTPBearer(
+    scheme_name="adminToken", description="An admin token (ADMIN_TOKENS).", auto_error=False
+)
+ApiCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(api_bearer)]
+AdminCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(admin_bearer)]
+
+
+def _unauthenticated(message: str) -> ApiError:
+    return ApiError(401, "unauthenticated", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _known(token: str, known: str) -> bool:
+    return hmac.compare_digest(known.encode(), token.encode())
+
+
+def caller(rt: RuntimeDep, credentials: ApiCredentials) -> Caller:
     """The caller behind the bearer token: 401 without one, 403 with an unknown one."""
     tokens = rt.settings.api_callers()
     if not tokens:
         return Caller(ANONYMOUS)  # open on loopback only (check_exposure)
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "Send Authorization: Bearer <API token> (one of API_TOKENS)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    if credentials is None:
+        raise _unauthenticated("Send Authorization: Bearer <API token> (one of API_TOKENS)")
     for known, (name, owner) in tokens.items():
-        if hmac.compare_digest(known.encode(), token.encode()):
+        if _known(credentials.credentials, known):
             return Caller(name, owner)
     raise ApiError(403, "forbidden", "This token is not an API token")
 
 
+def operator(rt: RuntimeDep, credentials: AdminCredentials) -> str:
+    """The operator behind the admin bearer token; 401 without a token, 403 with a wrong one,
+    403 for every request while ADMIN_TOKENS is empty."""
+    tokens = rt.settings.admin_operators()
+    if not tokens:
+        raise ApiError(
+            403, "admin_disabled", "The admin API is disabled: set ADMIN_TOKENS=token:operator"
+        )
+    if credentials is None:
+        raise _unauthenticated("Send Authorization: Bearer <admin token>")
+    for known, name in tokens.items():
+        if _known(credentials.credentials, known):
+            return name
+    raise ApiError(403, "forbidden", "This token is not an admin token")
+
+
 CallerDep = Annotated[Caller, Depends(caller)]
+Operator = Annotated[str, Depends(operator)]
 
 
 def unscoped(who: Caller, what: str) -> None:

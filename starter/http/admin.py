@@ -1,14 +1,13 @@
 """Admin API (/v1/admin): overview, task list and detail, manual retry / cancel (single and
 bulk), re-index and the live index, workers, audit log. Bearer tokens from ADMIN_TOKENS, each
-mapped to an operator name."""
+mapped to an operator name (checked by `starter.http.access.operator`)."""
 
 from __future__ import annotations
 
-import hmac
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
 from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
@@ -16,7 +15,9 @@ from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.task_list import ListKey
 from knowledgeops.index.live import index_collections
 from knowledgeops.registry.task_types import TaskType
+from starter.http.access import Operator, operator
 from starter.http.errors import ERROR_RESPONSES, ApiError
+from starter.http.headers import ACCEPTED_RESPONSE, accepted
 from starter.http.runtime import Runtime, RuntimeDep
 from starter.services import task_queries as tq
 from starter.services.reindex import start_reindex
@@ -30,28 +31,6 @@ from starter.services.task_models import (
 BULK_MAX = 1000
 
 
-def operator(rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> str:
-    """The operator behind the bearer token; 401 without a token, 403 with a wrong one."""
-    tokens = rt.settings.admin_operators()
-    if not tokens:
-        raise ApiError(
-            403, "admin_disabled", "The admin API is disabled: set ADMIN_TOKENS=token:operator"
-        )
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "Send Authorization: Bearer <admin token>",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    for known, name in tokens.items():
-        if hmac.compare_digest(known.encode(), token.encode()):
-            return name
-    raise ApiError(403, "forbidden", "This token is not an admin token")
-
-
-Operator = Annotated[str, Depends(operator)]
 router = APIRouter(prefix="/v1/admin", responses=ERROR_RESPONSES, dependencies=[Depends(operator)])
 
 
@@ -131,19 +110,31 @@ class ActionAccepted(BaseModel):
     run_id: str | None = None
 
 
-@router.post("/tasks/{task_id}/retry", status_code=202, response_model=ActionAccepted)
+@router.post(
+    "/tasks/{task_id}/retry",
+    status_code=202,
+    response_model=ActionAccepted,
+    responses=ACCEPTED_RESPONSE,
+)
 async def retry_task(
-    rt: RuntimeDep, who: Operator, task_id: str, body: ActionRequest
+    rt: RuntimeDep, who: Operator, response: Response, task_id: str, body: ActionRequest
 ) -> ActionAccepted:
     ref = await rt.service.retry(task_id, reason=body.reason, actor=who)
+    accepted(response, task_id)
     return ActionAccepted(task_id=task_id, action="retry", run_id=ref.run_id)
 
 
-@router.post("/tasks/{task_id}/cancel", status_code=202, response_model=ActionAccepted)
+@router.post(
+    "/tasks/{task_id}/cancel",
+    status_code=202,
+    response_model=ActionAccepted,
+    responses=ACCEPTED_RESPONSE,
+)
 async def cancel_task(
-    rt: RuntimeDep, who: Operator, task_id: str, body: ActionRequest
+    rt: RuntimeDep, who: Operator, response: Response, task_id: str, body: ActionRequest
 ) -> ActionAccepted:
     await rt.service.cancel(task_id, reason=body.reason, actor=who)
+    accepted(response, task_id)
     return ActionAccepted(task_id=task_id, action="cancel")
 
 
@@ -209,12 +200,17 @@ class ReindexRequest(ReindexOptions):
     reason: str = Field(default="", max_length=2000)
 
 
-@router.post("/reindex", status_code=202, response_model=ActionAccepted)
-async def reindex(rt: RuntimeDep, who: Operator, body: ReindexRequest) -> ActionAccepted:
+@router.post(
+    "/reindex", status_code=202, response_model=ActionAccepted, responses=ACCEPTED_RESPONSE
+)
+async def reindex(
+    rt: RuntimeDep, who: Operator, response: Response, body: ReindexRequest
+) -> ActionAccepted:
     """Start a re-index (one at a time: a second request joins the running one). Follow it
-    at GET /v1/tasks/{task_id}; search answers from the live index throughout."""
+    at GET /v1/tasks/{task_id} (`Location`); search answers from the live index throughout."""
     options = ReindexOptions.model_validate(body.model_dump(exclude={"model", "reason"}))
     ref = await start_reindex(rt.service, options, model=body.model, actor=who, reason=body.reason)
+    accepted(response, ref.task_id)
     return ActionAccepted(task_id=ref.task_id, action="reindex", run_id=ref.run_id)
 
 

@@ -11,7 +11,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from knowledgeops.observability import metrics
 from starter.http import admin, agent, cards, documents, reports, tasks, webhooks
 from starter.http.access import BrowserGuard, CallerDep
-from starter.http.errors import error_response, install_error_handlers
+from starter.http.errors import error_response, install_error_handlers, problem_responses
+from starter.http.openapi import install_openapi
 from starter.http.runtime import Runtime, RuntimeDep
 
 # Multipart framing on top of the file itself.
@@ -134,6 +135,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     )
     app.state.runtime = runtime
     install_error_handlers(app)
+    install_openapi(app)
     app.include_router(documents.router)
     app.include_router(cards.router)
     app.include_router(tasks.router)
@@ -159,7 +161,10 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.get(
         "/metrics",
         response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+        responses={
+            200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"},
+            **problem_responses(401, 403),
+        },
     )
     async def prometheus_metrics(_: CallerDep) -> Response:
         """The platform's Prometheus metrics (knowledgeops.observability.metrics), as allowed."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Query, Response, UploadFile
 from pydantic import BaseModel, ValidationError
 
 from knowledgeops.contracts.document_import import DOCUMENT_ID_PATTERN, DocumentMetadata
@@ -15,6 +15,13 @@ from knowledgeops.files import file_store
 from knowledgeops.index.engine import IndexOutdatedError
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
+from starter.http.headers import (
+    ACCEPTED_RESPONSE,
+    IdempotencyKeyHeader,
+    accepted,
+    resolve_idempotency_key,
+    task_location,
+)
 from starter.http.runtime import RuntimeDep
 from starter.services.document_chunks import MAX_CHUNK_PAGE, ChunkPage
 from starter.services.document_models import DeleteAccepted, DocumentDetail, DocumentPage
@@ -42,22 +49,25 @@ _UPLOAD_REJECTIONS = {
 }
 
 
-@router.post("/documents", status_code=202, response_model=Accepted)
+@router.post("/documents", status_code=202, response_model=Accepted, responses=ACCEPTED_RESPONSE)
 async def upload_document(
     rt: RuntimeDep,
     who: CallerDep,
+    response: Response,
     file: Annotated[UploadFile, File(description="txt, md, html, pdf or docx")],
     title: Annotated[str | None, Form(max_length=500)] = None,
     tags: Annotated[str, Form(description="comma-separated")] = "",
     owner: Annotated[str | None, Form(max_length=200)] = None,
     document_id: Annotated[str | None, Form(pattern=DOCUMENT_ID_PATTERN)] = None,
     idempotency_key: Annotated[str | None, Form(max_length=200)] = None,
+    idempotency_header: IdempotencyKeyHeader = None,
 ) -> Accepted:
     """Store the upload (streamed, content-addressed: the client's file name never becomes a
-    path) and start its import. Answers at once; follow `status_url`."""
+    path) and start its import. Answers at once; follow `status_url` (also `Location`)."""
     s = rt.settings
     name = file.filename or "upload"
     # Everything about the request is checked before a byte is stored: a refusal leaves nothing.
+    key = resolve_idempotency_key(idempotency_header, idempotency_key, "idempotency_key")
     if len(name) > FILENAME_MAX:
         raise ApiError(
             422,
@@ -93,15 +103,16 @@ async def upload_document(
         filename=name,
         document_id=document_id,
         metadata=meta,
-        idempotency_key=idempotency_key,
+        idempotency_key=key,
         requested_by=who.name,
         visible_to=who.owner,
     )
+    accepted(response, ref.task_id)
     return Accepted(
         task_id=ref.task_id,
         document_id=ref.document_id,
         status="pending",
-        status_url=f"/v1/tasks/{ref.task_id}",
+        status_url=task_location(ref.task_id),
     )
 
 
@@ -173,17 +184,24 @@ async def get_document_chunks(
     return await rt.documents.chunks(document_id, offset=offset, limit=limit, visible_to=who.owner)
 
 
-@router.delete("/documents/{document_id}", status_code=202, response_model=DeleteAccepted)
+@router.delete(
+    "/documents/{document_id}",
+    status_code=202,
+    response_model=DeleteAccepted,
+    responses=ACCEPTED_RESPONSE,
+)
 async def delete_document(
-    rt: RuntimeDep, who: CallerDep, document_id: str, reason: str = ""
+    rt: RuntimeDep, who: CallerDep, response: Response, document_id: str, reason: str = ""
 ) -> DeleteAccepted:
     """Remove a document: it leaves search at once; its DOCUMENT_DELETE task (follow it at
     `/v1/tasks/{task_id}`) stops its import, then removes its points, chunks, catalogue row
     and stored file. Asking again while the task runs answers the same task. Audited, as the
     caller the API token names."""
-    return await rt.documents.delete(
+    done = await rt.documents.delete(
         document_id, reason=reason, actor=who.name, visible_to=who.owner
     )
+    accepted(response, done.task_id)
+    return done
 
 
 @router.get("/search", response_model=list[SearchHit])

@@ -1,13 +1,17 @@
-"""One JSON error shape for every failure: {"error": {"code", "message"}}."""
+"""One error shape for every failure: an RFC 9457 problem (`application/problem+json`) with
+`type` (`/problems/<code>`), `title` (the status's phrase), `status`, `detail` and our error
+`code` as an extension member; a request validation error adds `errors` (one per field)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
@@ -28,14 +32,30 @@ from starter.services.task_models import (
     TaskNotRetryableError,
 )
 
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_SCHEMA_REF = "#/components/schemas/Problem"
 
 
-class ErrorResponse(BaseModel):
-    error: ErrorBody
+class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """An error (RFC 9457). Members other than these may be added; clients ignore unknown ones."""
+
+    # Extension members beyond the ones declared here are allowed by the RFC.
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="`/problems/<code>`: identifies the problem type")
+    title: str = Field(description="the HTTP status's reason phrase")
+    status: int
+    detail: str = Field(description="what went wrong this time, and what to do about it")
+    code: str = Field(description="the error code (machine-readable; same as in `type`)")
+    errors: list[FieldError] | None = Field(
+        default=None, description="request validation errors (422 invalid_request), per field"
+    )
 
 
 class ApiError(Exception):
@@ -47,11 +67,40 @@ class ApiError(Exception):
         self.headers = headers
 
 
+def _phrase(status: int) -> str:
+    # Never fail while answering an error: a status without a registered phrase gets a generic one.
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def problem(
+    status: int, code: str, detail: str, extensions: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "type": f"/problems/{code}",
+        "title": _phrase(status),
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **(extensions or {}),
+    }
+
+
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
-    body = {"error": {"code": code, "message": message}}
-    return JSONResponse(status_code=status, content=body, headers=headers)
+    return JSONResponse(
+        status_code=status,
+        content=problem(status, code, message, extensions),
+        headers=headers,
+        media_type=PROBLEM_JSON,
+    )
 
 
 # Service exceptions and the status / code each one maps to.
@@ -67,10 +116,19 @@ _MAPPED: list[tuple[type[Exception], int, str]] = [
     (PayloadInvalidError, 422, "invalid_payload"),
 ]
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse}
-    for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 501, 503)
-}
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries: each status answers a problem."""
+    return {
+        status: {
+            "description": f"{_phrase(status)} (a problem: see `code`)",
+            "content": {PROBLEM_JSON: {"schema": {"$ref": PROBLEM_SCHEMA_REF}}},
+        }
+        for status in statuses
+    }
+
+
+ERROR_RESPONSES = problem_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 501, 503)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -90,7 +148,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RPCError)
     async def _temporal(_: Request, e: RPCError) -> JSONResponse:
         if not is_unreachable(e):
-            raise e  # a real server error: let it be a 500 with its traceback in the log
+            raise e  # a real server error: a 500 (below), its traceback in the log
         return error_response(
             503,
             "temporal_unavailable",
@@ -105,9 +163,25 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_request", validation_text(e.errors()))
+        # Only location, message and kind: `input` may echo a large or sensitive value back.
+        fields = [{"loc": list(x["loc"]), "msg": x["msg"], "type": x["type"]} for x in e.errors()]
+        return error_response(
+            422, "invalid_request", validation_text(e.errors()), extensions={"errors": fields}
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return error_response(e.status_code, code, str(e.detail))
+        # Its headers too: a 405 names the allowed methods (Allow).
+        return error_response(e.status_code, code, str(e.detail), e.headers)
+
+    # Starlette answers this one outermost (ServerErrorMiddleware) and re-raises the exception
+    # afterwards, so the server still logs its traceback; the client learns nothing internal.
+    @app.exception_handler(Exception)
+    async def _unhandled(_: Request, e: Exception) -> JSONResponse:
+        return error_response(
+            500,
+            "internal_error",
+            "The server failed to answer this request; the failure is in its log. "
+            "Retry, or report it if it persists.",
+        )

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
@@ -19,6 +19,13 @@ from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.registry.task_types import TaskQueue, TaskType, spec_for
 from starter.http.access import Caller, CallerDep, caller
 from starter.http.errors import ERROR_RESPONSES, ApiError
+from starter.http.headers import (
+    ACCEPTED_RESPONSE,
+    IdempotencyKeyHeader,
+    accepted,
+    resolve_idempotency_key,
+    task_location,
+)
 from starter.http.runtime import RuntimeDep
 from starter.http.sse import KEEPALIVE_SECONDS, sse, stream_slot
 from starter.services.task_models import PayloadInvalidError, TaskNotFoundError, TaskStatus
@@ -61,12 +68,22 @@ async def task_output(rt: RuntimeDep, who: CallerDep, task_id: str) -> dict[str,
         raise ApiError(404, "not_found", str(e)) from None
 
 
-@router.post("/tasks/{task_id}/cancel", status_code=202, response_model=CancelAccepted)
+@router.post(
+    "/tasks/{task_id}/cancel",
+    status_code=202,
+    response_model=CancelAccepted,
+    responses=ACCEPTED_RESPONSE,
+)
 async def cancel_task(
-    rt: RuntimeDep, who: CallerDep, task_id: str, body: CancelRequest | None = None
+    rt: RuntimeDep,
+    who: CallerDep,
+    response: Response,
+    task_id: str,
+    body: CancelRequest | None = None,
 ) -> CancelAccepted:
     await visible_task(rt, who, task_id)
     await rt.service.cancel(task_id, reason=body.reason if body else "", actor=who.name)
+    accepted(response, task_id)
     return CancelAccepted(task_id=task_id)
 
 
@@ -116,10 +133,24 @@ class TaskAccepted(BaseModel):
     status_url: str
 
 
-@router.post("/tasks", status_code=202, response_model=TaskAccepted)
-async def submit_task(rt: RuntimeDep, who: CallerDep, body: TaskRequest) -> TaskAccepted:
+@router.post("/tasks", status_code=202, response_model=TaskAccepted, responses=ACCEPTED_RESPONSE)
+async def submit_task(
+    rt: RuntimeDep,
+    who: CallerDep,
+    response: Response,
+    body: TaskRequest,
+    idempotency_header: IdempotencyKeyHeader = None,
+) -> TaskAccepted:
     """Start a task. DOCUMENT_IMPORT takes the document path (its one task id per document,
-    as an upload does), so two imports of one document never run at once."""
+    as an upload does), so two imports of one document never run at once. Follow
+    `status_url` (also `Location`)."""
+    key = resolve_idempotency_key(idempotency_header, body.idempotency_key, "idempotency_key")
+    started = await _submit(rt, who, body, key)
+    accepted(response, started.task_id)
+    return started
+
+
+async def _submit(rt: RuntimeDep, who: Caller, body: TaskRequest, key: str | None) -> TaskAccepted:
     try:
         task_type = TaskType(body.type)
     except ValueError:
@@ -130,18 +161,14 @@ async def submit_task(rt: RuntimeDep, who: CallerDep, body: TaskRequest) -> Task
     if who.owner is not None and spec_for(task_type).task_queue == TaskQueue.MAINTENANCE:
         raise ApiError(403, "forbidden", f"A token bound to one owner cannot start {task_type}")
     if task_type == TaskType.DOCUMENT_IMPORT:
-        return await _submit_import(rt, who, body)
+        return await _submit_import(rt, who, body, key)
     if who.owner is not None:
         await _own_documents_only(rt, who.owner, body.payload)
     ref = await rt.service.enqueue(
-        task_type,
-        body.payload,
-        idempotency_key=body.idempotency_key,
-        requested_by=who.name,
-        owner=who.owner,
+        task_type, body.payload, idempotency_key=key, requested_by=who.name, owner=who.owner
     )
     return TaskAccepted(
-        task_id=ref.task_id, task_type=ref.task_type, status_url=f"/v1/tasks/{ref.task_id}"
+        task_id=ref.task_id, task_type=ref.task_type, status_url=task_location(ref.task_id)
     )
 
 
@@ -157,7 +184,9 @@ async def _own_documents_only(rt: RuntimeDep, owner: str, payload: dict[str, Any
             raise ApiError(404, "not_found", f"No document with id {doc!r}")
 
 
-async def _submit_import(rt: RuntimeDep, who: Caller, body: TaskRequest) -> TaskAccepted:
+async def _submit_import(
+    rt: RuntimeDep, who: Caller, body: TaskRequest, key: str | None
+) -> TaskAccepted:
     try:
         payload = DocumentImportPayload.model_validate(body.payload)
     except ValidationError as e:
@@ -175,7 +204,7 @@ async def _submit_import(rt: RuntimeDep, who: Caller, body: TaskRequest) -> Task
         filename=payload.filename,
         document_id=payload.document_id,
         metadata=meta,
-        idempotency_key=body.idempotency_key,
+        idempotency_key=key,
         requested_by=who.name,
         visible_to=who.owner,
         chunking=payload.chunking,
@@ -184,7 +213,7 @@ async def _submit_import(rt: RuntimeDep, who: Caller, body: TaskRequest) -> Task
     return TaskAccepted(
         task_id=ref.task_id,
         task_type=TaskType.DOCUMENT_IMPORT,
-        status_url=f"/v1/tasks/{ref.task_id}",
+        status_url=task_location(ref.task_id),
     )
 
 

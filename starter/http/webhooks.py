@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 from knowledgeops.db.webhook_cursors import WebhookCursors
-from starter.http.admin import operator
+from starter.http.access import operator
 from starter.http.errors import ERROR_RESPONSES
 from starter.http.runtime import RuntimeDep
 

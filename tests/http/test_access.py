@@ -25,6 +25,7 @@ from starter.processes import serve_api_only
 from tests.helpers.documents import numbered_paragraphs, upload
 from tests.helpers.environment import API_TOKEN, EXAMPLES, running_api
 from tests.helpers.http import app_routes
+from tests.helpers.problems import code, problem
 
 ALICE_TOKEN = "alice-token-0123456789"
 BOB_TOKEN = "bob-token-0123456789ab"
@@ -33,10 +34,6 @@ OWNERS = f"{API_TOKEN}:tester,{ALICE_TOKEN}:alice-app:alice,{BOB_TOKEN}:bob-app:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def code(r: Any) -> str:
-    return str(r.json()["error"]["code"])
 
 
 async def test_public_routes_need_an_api_token(settings: Settings) -> None:
@@ -369,6 +366,6 @@ async def test_a_deleted_documents_id_stays_with_its_owner(settings: Settings) -
         assert (await api.wait_task(r.json()["task_id"]))["status"] == "completed"
         assert (await api.http.delete("/v1/documents/q3-plan", headers=bob)).status_code == 404
         taken = await api.http.post("/v1/documents", files=files, data=form, headers=eve)
-        assert taken.status_code == 409 and taken.json()["error"]["code"] == "document_id_taken"
+        problem(taken, 409, "document_id_taken")
         again = await api.http.post("/v1/documents", files=files, data=form, headers=bob)
         assert again.status_code == 202, again.text
