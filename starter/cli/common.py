@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from knowledgeops.config.settings import Settings
 
 if TYPE_CHECKING:
@@ -129,3 +131,12 @@ def print_status(st: TaskStatus) -> None:
         print(f"error:    {st.last_error}")
     if st.result:
         print(f"result:   {json.dumps(st.result, ensure_ascii=False)}")
+
+
+def problem_detail(r: httpx.Response) -> str:
+    """What an error answer of the API says: its problem's `detail` (docs/api.md, "Errors"), or
+    the raw body when a proxy in between answered instead."""
+    try:
+        return str(r.json()["detail"])
+    except (ValueError, KeyError, TypeError):
+        return r.text

@@ -24,6 +24,7 @@ from starter.cli.common import (
     actor,
     follow_and_report,
     print_status,
+    problem_detail,
     task_follower,
     task_service,
 )
@@ -75,11 +76,7 @@ async def _via_api(settings: Settings, method: str, path: str, **params: Any) ->
     except httpx.ConnectError:
         return _NOBODY
     if r.status_code >= 400:
-        try:
-            message = r.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = r.text
-        raise RuntimeError(f"{message} (HTTP {r.status_code})")
+        raise RuntimeError(f"{problem_detail(r)} (HTTP {r.status_code})")
     return r.json()
 
 

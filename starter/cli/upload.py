@@ -18,6 +18,7 @@ import httpx
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
+from starter.cli.common import problem_detail
 from starter.services.document_models import ImportRef
 
 UPLOADS_AT_ONCE = 8
@@ -73,7 +74,7 @@ async def upload_files(
                     await asyncio.sleep(float(r.headers.get("retry-after") or 5))
                     continue
                 if r.status_code >= 400:
-                    return UploadRefusedError(f"{path}: {_message(r)} (HTTP {r.status_code})")
+                    return UploadRefusedError(f"{path}: {problem_detail(r)} (HTTP {r.status_code})")
                 body = r.json()
                 ref = ImportRef(
                     task_id=body["task_id"], run_id=None, document_id=body["document_id"]
@@ -84,10 +85,3 @@ async def upload_files(
     async with httpx.AsyncClient(timeout=UPLOAD_TIMEOUT_SECONDS, headers=headers) as http:
         results = await asyncio.gather(*(upload(http, p) for p in paths))
     return list(zip(paths, results, strict=True))
-
-
-def _message(r: httpx.Response) -> str:
-    try:
-        return str(r.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return r.text
