@@ -19,7 +19,8 @@ from knowledgeops.storage.local import LocalStore
 from starter.services.task_models import PayloadInvalidError, TaskStatus
 from tests.helpers.ai import cited_chunks, group_requests, import_lesson
 from tests.helpers.environment import Env, chat_settings, running_api, running_env
-from tests.helpers.fake_openai import ChatFault, FakeOpenAI, last_user_text, response_schema
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import ChatFault, last_user_text, response_schema
 
 WAIT = 120.0
 QUESTION = "What does the forgetting curve describe?"

@@ -28,7 +28,8 @@ from tests.helpers.environment import (
     start_worker_process,
     stop_process,
 )
-from tests.helpers.fake_openai import ChatFault, FakeOpenAI, response_schema
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import ChatFault, response_schema
 from tests.helpers.waiting import eventually
 
 KINDS = ("summary", "outline", "glossary", "quiz", "mindmap")

@@ -21,7 +21,8 @@ from knowledgeops.models.chat import (
     make_chat_model,
 )
 from tests.helpers.environment import HermeticSettings, chat_settings
-from tests.helpers.fake_openai import ChatAnswer, ChatFault, FakeOpenAI, last_user_text
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import ChatAnswer, ChatFault, last_user_text
 
 
 class Verdict(BaseModel):
@@ -108,8 +109,9 @@ async def test_429_honours_retry_after_and_heartbeats_while_waiting(
     elapsed = time.monotonic() - started
     assert reply.content == f"fake answer to: {ASK[0]['content']}"
     assert fake_openai.chat_calls == 3 and waits == 2
-    # 1.5 s asked for by the 429, then the first backoff step (0.75-1.25 s) after the 500.
-    assert 2.2 <= elapsed < 6, elapsed
+    # 1.5 s asked for by the 429, then the first backoff step (0.75-1.25 s) after the 500:
+    # at least that long (a loaded machine only adds to it).
+    assert elapsed >= 2.2, elapsed
     # Only the answered call counts as used tokens.
     assert reply.usage.calls == 1
 

@@ -37,7 +37,8 @@ from tests.helpers.environment import (
     running_env,
     settings_env,
 )
-from tests.helpers.fake_openai import ChatFault, FakeOpenAI, all_text
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import ChatFault, all_text
 
 WAIT = 120.0
 # CHAT_INPUT_TOKENS small enough that about every chunk of a test document is its own group.

@@ -21,7 +21,8 @@ from knowledgeops.storage.local import LocalStore
 from starter.services.task_models import PayloadInvalidError
 from tests.helpers.documents import write_pdf
 from tests.helpers.environment import Env, chat_settings, running_env
-from tests.helpers.fake_openai import ChatFault, FakeOpenAI, all_text, response_schema
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import ChatFault, all_text, response_schema
 
 WAIT = 90.0
 TYPE = "VISION_ANALYZE"

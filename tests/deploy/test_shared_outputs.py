@@ -78,7 +78,7 @@ async def test_task_output_is_kept_in_the_store_and_served_by_another_machine(
         assert r.json() == stored
         missing = await api.http.get("/v1/tasks/no-such-task/output")
         assert missing.status_code == 404, missing.text
-        assert "no stored output" in missing.json()["error"]["message"]
+        assert "no stored output" in missing.json()["detail"]
     assert files_under(tmp_path / "machine-b" / "outputs") == []
 
 
@@ -118,7 +118,7 @@ async def test_report_is_kept_in_the_store_and_served_by_another_machine(
         assert r.content == data
         for url in ("/v1/reports/nope.html", "/v1/reports/nope.json", "/v1/reports/work.json"):
             r = await api.http.get(url)
-            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", url
+            assert r.status_code == 404 and r.json()["code"] == "not_found", url
     assert files_under(tmp_path / "machine-b" / "reports") == []
 
 

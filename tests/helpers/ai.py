@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.environment import Env
-from tests.helpers.fake_openai import FakeOpenAI, last_user_text
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import last_user_text
 
 WAIT = 120.0
 

@@ -1,4 +1,5 @@
-"""Waiting in tests: one `eventually` for every condition a test waits on."""
+"""Waiting in tests: one `eventually` for every condition a test waits on (and
+`eventually_sync`, the same for a caller that cannot await, such as a fixture's teardown)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,29 @@ async def eventually(
         if done(value):
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"{what} did not hold within {timeout:.0f} s; last seen: {value!r}"
-            )
+            raise _did_not_hold(what, timeout, value)
         await asyncio.sleep(interval)
+
+
+def eventually_sync(
+    probe: Callable[[], T],
+    done: Callable[[T], bool],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "the condition",
+) -> T:
+    """`eventually` for a synchronous caller: the same polling, sleeping in this thread
+    between tries (so only for what other threads or processes bring about)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise _did_not_hold(what, timeout, value)
+        time.sleep(interval)
+
+
+def _did_not_hold(what: str, timeout: float, value: object) -> AssertionError:
+    return AssertionError(f"{what} did not hold within {timeout:g} s; last seen: {value!r}")

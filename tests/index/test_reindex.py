@@ -5,10 +5,9 @@ was and drops the half-built one; a killed worker's re-index is finished by the 
 
 from __future__ import annotations
 
-import asyncio
 import random
 import signal
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from tests.helpers.environment import (
     stop_process,
 )
 from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.waiting import eventually
 
 TOPICS = ("river", "forest", "harbor", "engine")
 WAIT = 120.0
@@ -62,13 +62,12 @@ async def task_status(api: Api, task_id: str) -> dict[str, Any]:
     return status
 
 
+def closed(status: dict[str, Any]) -> bool:
+    return status["status"] not in ("pending", "running")
+
+
 async def wait_admin_task(api: Api, task_id: str) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while (status := await task_status(api, task_id))["status"] in ("pending", "running"):
-        assert loop.time() < deadline, status
-        await asyncio.sleep(0.2)
-    return status
+    return await eventually(partial(task_status, api, task_id), closed, timeout=WAIT, what=task_id)
 
 
 async def index_info(api: Api) -> dict[str, Any]:
@@ -127,17 +126,17 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
             # exactly from the old index until the switch, never from the old one after.
             exact: list[bool] = []
             seen: list[Any] = []
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT
-            while True:
+
+            async def searched() -> dict[str, Any]:
                 status = await task_status(api, task_id)
                 hit = await top_hit(api, old_text)
                 exact.append(hit["score"] > 0.99 and hit["document_id"] == old["document_id"])
                 seen.append((status["progress"]["stage"], round(hit["score"], 3), hit["text"][:40]))
-                if status["status"] not in ("pending", "running"):
-                    break
-                assert loop.time() < deadline, status
-                await asyncio.sleep(0.05)
+                return status
+
+            status = await eventually(
+                searched, closed, timeout=WAIT, interval=0.05, what="the re-index, searching"
+            )
             assert status["status"] == "completed", status
             switched = exact.index(False)
             assert switched >= 3 and not any(exact[switched:]), [(a, b) for a, b, _ in seen]
@@ -186,35 +185,49 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
 
 async def test_cancelled_reindex_leaves_the_live_index(settings: Settings, tmp_path: Path) -> None:
     fake = FakeOpenAI(models=("fake-embed", "fake-embed-2")).start()
+    # A client timeout long enough that a held request is not given up and sent again.
+    cfg = openai_settings(settings, fake, openai_timeout_seconds=120.0)
     try:
-        async with running_api(openai_settings(settings, fake)) as api:
-            await import_topics(api, tmp_path)
+        async with running_api(cfg) as api:
+            docs = await import_topics(api, tmp_path)
             before = await index_info(api)
             old = await top_hit(api, "Harbor note 2")
-            fake.latency = 1.0
+            # The re-index's embedding requests are answered until the first document it
+            # rebuilds is embedded (and the new collection made), then wait at the fake's gate:
+            # the cancel lands in the middle of a later rebuild, whatever the machine's speed.
+            first = max(-(-d["chunks"] // cfg.embedding_batch_size) for d in docs.values())
+            asked_before = fake.requests
+            fake.hold = lambda kind, n: kind == "embeddings" and n > asked_before + first
             r = await api.http.post(
                 "/v1/admin/reindex",
                 headers=api.admin,
                 json={"model": "openai:fake-embed-2", "concurrency": 1},
             )
             task_id = r.json()["task_id"]
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT
-            while len((await index_info(api))["collections"]) < 2:
-                assert loop.time() < deadline
-                await asyncio.sleep(0.1)
-            asked = loop.time()
+            await eventually(
+                partial(index_info, api),
+                lambda info: len(info["collections"]) >= 2,
+                timeout=WAIT,
+                interval=0.1,
+                what="the new collection",
+            )
+            await eventually(lambda: fake.held, bool, timeout=WAIT, what="a rebuild's request held")
             r = await api.http.post(
                 f"/v1/admin/tasks/{task_id}/cancel", headers=api.admin, json={"reason": "test"}
             )
             assert r.status_code == 202, r.text
             status = await wait_admin_task(api, task_id)
             assert status["status"] == "cancelled", status
-            assert loop.time() - asked < 15
+            # Cancelled while its request was still held: the cancel did not wait for the
+            # model, and nothing was asked after it.
+            assert (fake.held, fake.requests - asked_before) == (1, first + 1)
+            fake.hold = None  # new requests (the search's query) go on; the held one waits
             # The half-built collection is gone; search still answers from the old index.
             assert await index_info(api) == before
             hit = await top_hit(api, old["text"])
             assert hit["score"] > 0.99 and hit["document_id"] == old["document_id"]
+            fake.release()
+            await eventually(lambda: fake.in_flight, lambda n: n == 0, what="the held answer")
     finally:
         fake.stop()
 
@@ -240,10 +253,16 @@ async def test_reindex_survives_a_worker_sigkill(settings: Settings, tmp_path: P
             fake.latency = 0.5
             options = ReindexOptions(concurrency=1, grace_seconds=0)
             ref = await start_reindex(env.service, options, model="openai:fake-embed-2", actor="t")
-            deadline = time.monotonic() + WAIT
-            while (await env.service.get_status(ref.task_id)).progress.done < 2:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                await asyncio.sleep(0.05)
+
+            async def rebuilt() -> int:
+                return (await env.service.get_status(ref.task_id)).progress.done
+
+            try:
+                await eventually(
+                    rebuilt, lambda done: done >= 2, timeout=WAIT, interval=0.05, what="2 rebuilt"
+                )
+            except AssertionError as e:  # with the worker's log
+                raise AssertionError(f"{e}\n{log.read_text()[-3000:]}") from None
             first.send_signal(signal.SIGKILL)
             first.wait()
             second = start_worker_process(cfg, log)

@@ -9,7 +9,8 @@ from typing import Any
 
 from knowledgeops.config.settings import Settings
 from tests.helpers.environment import Api, openai_settings, rerank_settings, running_api
-from tests.helpers.fake_openai import FakeOpenAI, Fault
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import Fault
 
 NOTES = {
     "aquifer.md": "# Groundwater\n\nRain soaks into the soil and recharges the aquifer below.\n",
@@ -72,9 +73,9 @@ async def test_modes_scope_and_bad_queries(
         r = await api.http.get("/v1/search", params={"q": ""})
         assert r.status_code == 422
         r = await api.http.get("/v1/search", params={"q": "   "})
-        assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
+        assert r.status_code == 400 and "empty" in r.json()["detail"]
         r = await api.http.get("/v1/search", params={"q": "bad\x00query"})
-        assert r.status_code == 400 and "control characters" in r.json()["error"]["message"]
+        assert r.status_code == 400 and "control characters" in r.json()["detail"]
         r = await api.http.get("/v1/search", params={"q": "w" * 2001})
         assert r.status_code == 422
         r = await api.http.get("/v1/search", params={"q": "water", "k": 0})

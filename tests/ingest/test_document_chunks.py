@@ -56,8 +56,8 @@ async def finished(client: Client, api: Api, task_id: str) -> str:
 
 def error_of(r: Any, status: int) -> tuple[str, str]:
     assert r.status_code == status, r.text
-    err = r.json()["error"]
-    return str(err["code"]), str(err["message"])
+    problem = r.json()
+    return str(problem["code"]), str(problem["detail"])
 
 
 def stored(chunks_dir: Path, document_id: str, version: str) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,9 @@ from knowledgeops.models.embedding import (
     split_evenly,
 )
 from tests.helpers.environment import openai_settings
-from tests.helpers.fake_openai import FakeOpenAI, Fault
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import Fault
+from tests.helpers.waiting import eventually
 
 
 def embedder(fake: FakeOpenAI, **kw: object) -> OpenAIEmbedder:
@@ -112,21 +115,37 @@ async def test_local_model_serves_the_smallest_waiting_request_first() -> None:
     a waiter cancelled in the queue never gets or blocks the model."""
     from knowledgeops.models.embedding import SmallestFirst
 
-    turn, order = SmallestFirst(), []
+    turn, order, arrived = SmallestFirst(), [], []
+    go = asyncio.Event()  # bulk-0 holds the model until then, however slow the machine
 
-    async def embed(name: str, texts: int, seconds: float) -> None:
+    async def embed(
+        name: str, texts: int, seconds: float, until: asyncio.Event | None = None
+    ) -> None:
+        # Nothing yields between this and taking the model or joining its queue: once
+        # arrived, a request is in line.
+        arrived.append(name)
         async with turn.hold(texts):
             order.append(name)
-            await asyncio.sleep(seconds)
+            await (until.wait() if until else asyncio.sleep(seconds))
 
-    running = asyncio.create_task(embed("bulk-0", 64, 0.2))
-    await asyncio.sleep(0.01)
+    def in_line(*names: str) -> Awaitable[list[str]]:
+        return eventually(
+            lambda: arrived,
+            lambda a: a[-len(names) :] == list(names),
+            interval=0.01,
+            what=f"{', '.join(names)} in line",
+        )
+
+    running = asyncio.create_task(embed("bulk-0", 64, 0, until=go))
+    await in_line("bulk-0")
     bulk = [asyncio.create_task(embed(f"bulk-{i}", 64, 0.02)) for i in (1, 2)]
-    await asyncio.sleep(0.01)
+    await in_line("bulk-1", "bulk-2")
     gone = asyncio.create_task(embed("cancelled", 1, 0.02))
-    await asyncio.sleep(0.01)
+    await in_line("cancelled")
     gone.cancel()
     small = asyncio.create_task(embed("small", 3, 0.02))
+    await in_line("small")
+    go.set()
     await asyncio.gather(running, *bulk, small)
     assert order == ["bulk-0", "small", "bulk-1", "bulk-2"]
     # Free again: the next request does not wait.

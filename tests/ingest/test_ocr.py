@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from tests.helpers.ocr_pages import (
     write_scan_pdf,
 )
 from tests.helpers.temporal import activity_starts
+from tests.helpers.waiting import eventually
 
 WAIT = 120.0
 FONT = cjk_font()
@@ -206,13 +208,14 @@ async def test_killed_ocr_process_resumes_at_the_next_page(env: Env, tmp_path: P
     file_id = await _store(env, scan)
     ref = await env.service.enqueue(TaskType.OCR_PROCESS, {"file_id": file_id})
     results = OcrResults(env.settings.ocr_dir)
+
+    async def checkpoint() -> int:
+        return (await env.service.get_status(ref.task_id)).progress.done
+
     # Wait until the server holds a checkpoint (not just until a page file exists).
-    done = 0
-    for _ in range(600):
-        done = (await env.service.get_status(ref.task_id)).progress.done
-        if done >= 1:
-            break
-        await asyncio.sleep(0.1)
+    done = await eventually(
+        checkpoint, lambda n: n >= 1, timeout=60, interval=0.1, what="the first checkpoint"
+    )
     assert 1 <= done < pages, f"no checkpoint before the end of the scan (done={done})"
     before = {n: results.path(file_id, n).stat() for n in range(1, done + 1)}
     children = _ocr_children(str(env.settings.data_dir))
@@ -303,11 +306,13 @@ async def test_cancel_kills_the_ocr_process(env: Env, tmp_path: Path) -> None:
     scan = write_scan_pdf(tmp_path / "cancelled.pdf", 8, FONT, size=48, width=2000)
     ref = await env.service.enqueue(TaskType.OCR_PROCESS, {"file_id": await _store(env, scan)})
     marker = str(env.settings.data_dir)
-    for _ in range(600):
-        if _ocr_children(marker):
-            break
-        await asyncio.sleep(0.05)
-    assert _ocr_children(marker), "the OCR process never started"
+    await eventually(
+        partial(_ocr_children, marker),
+        bool,
+        timeout=30,
+        interval=0.05,
+        what="the OCR process started",
+    )
     await env.service.cancel(ref.task_id, reason="test")
     st = await env.service.wait(ref.task_id, timeout=WAIT)
     assert st.status == "cancelled"

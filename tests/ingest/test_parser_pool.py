@@ -8,8 +8,8 @@ import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -22,6 +22,7 @@ from knowledgeops.ingest.parse_runner import ParserFailedError, run_chunk, run_p
 from knowledgeops.ingest.parser_pool import ParserPool
 from knowledgeops.ingest.parser_process import ParserLimits
 from tests.helpers.documents import heavy_markdown
+from tests.helpers.waiting import eventually, eventually_sync
 
 OPTS = ChunkingOptions(chunk_tokens=64, overlap_tokens=8)
 MAX_JOBS = 3
@@ -42,11 +43,16 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[ParserPool]:
 
 def gone(pid: int, timeout: float = 10) -> bool:
     """The process has ended and was reaped (the pool's thread waits for it)."""
-    deadline = time.monotonic() + timeout
-    while psutil.pid_exists(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    try:
+        eventually_sync(
+            partial(psutil.pid_exists, pid),
+            lambda alive: not alive,
+            timeout=timeout,
+            interval=0.05,
+            what=f"parser process {pid} gone",
+        )
+    except AssertionError:
+        return False
     return True
 
 
@@ -92,7 +98,9 @@ async def test_a_warm_process_serves_jobs_until_it_is_replaced(
 async def test_an_idle_process_is_closed(pool: ParserPool, tmp_path: Path) -> None:
     pool.idle_seconds = 0.3
     pid = await parse(pool, note(tmp_path), tmp_path / "a.jsonl")
-    await until(lambda: pool.idle_pids() == [], timeout=5)
+    await eventually(
+        pool.idle_pids, lambda pids: pids == [], timeout=5, interval=0.02, what="no idle process"
+    )
     assert gone(pid)
 
 
@@ -128,7 +136,8 @@ async def test_a_crash_or_timeout_stays_in_its_process_and_leaves_nothing(
         run_chunk(sections, heavy.name, "doc1", "v1", chunks, OPTS, True, 1024, limits)
     )
     if sig is not None:
-        await until(lambda: bool(temp_files(chunks)))  # it is writing chunks
+        # It is writing chunks.
+        await eventually(partial(temp_files, chunks), bool, interval=0.02, what="a chunk file")
         os.kill(warm, sig)
     expected = ParserFailedError if kind is None else DocumentError
     with pytest.raises(expected) as e:
@@ -152,7 +161,7 @@ async def test_cancelling_a_parse_kills_its_process_and_leaves_no_temp_file(
     job = asyncio.create_task(
         run_chunk(sections, heavy.name, "doc1", "v1", chunks, OPTS, True, 1024)
     )
-    await until(lambda: bool(temp_files(chunks)))
+    await eventually(partial(temp_files, chunks), bool, interval=0.02, what="a chunk file")
     [busy] = pool.busy_pids()
     job.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -218,10 +227,3 @@ async def test_what_a_parser_prints_cannot_corrupt_the_answers(
     # Had the noise reached the answer channel, it would have been taken for the answer.
     pids = [await parse(pool, doc, tmp_path / f"s{i}.jsonl") for i in range(2)]
     assert pids[0] == pids[1]
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.02)

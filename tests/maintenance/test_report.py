@@ -264,6 +264,6 @@ async def test_report_end_to_end(
         for url in ("/v1/reports/nope.html", "/v1/reports/nope.json", "/v1/reports/.work.json"):
             r = await api.http.get(url)
             assert r.status_code == 404, url
-            assert r.json()["error"]["code"] == "not_found", r.text
+            assert r.json()["code"] == "not_found", r.text
         r = await api.http.get("/v1/reports/..%2F..%2Fapp.db.json")
-        assert r.status_code == 404 and "error" in r.json()
+        assert r.status_code == 404 and r.json()["code"] == "not_found", r.text

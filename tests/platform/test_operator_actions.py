@@ -31,19 +31,25 @@ async def reconcile_until(
 ) -> OperatorActions:
     """Reconcile as the worker's loop does until `done()` (visibility lags, more under load)."""
     reconciler = OperatorActions(env.client, env.settings, env.db)
-    for _ in range(int(seconds / 0.3)):
+
+    async def reconciled() -> bool:
         await reconciler.reconcile()
-        if await done():
-            return reconciler
-        await asyncio.sleep(0.3)
-    closed = [
-        (w.id, w.status, w.close_time)
-        async for w in env.client.list_workflows(
-            f'WorkflowId STARTS_WITH "{env.settings.prefix}" AND CloseTime IS NOT NULL'
+        return await done()
+
+    try:
+        await eventually(
+            reconciled, bool, timeout=seconds, interval=0.3, what="the reconciler's records"
         )
-    ]
-    audit = [(r.action, r.actor, r.task_ids) for r in await AuditLog(env.db).records()]
-    raise AssertionError(f"the reconciler recorded nothing; closed: {closed}; audit: {audit}")
+    except AssertionError as e:  # with what Temporal and the audit log hold
+        closed = [
+            (w.id, w.status, w.close_time)
+            async for w in env.client.list_workflows(
+                f'WorkflowId STARTS_WITH "{env.settings.prefix}" AND CloseTime IS NOT NULL'
+            )
+        ]
+        audit = [(r.action, r.actor, r.task_ids) for r in await AuditLog(env.db).records()]
+        raise AssertionError(f"{e}; closed: {closed}; audit: {audit}") from None
+    return reconciler
 
 
 async def event_types(env: Env, task_id: str) -> list[EventType]:

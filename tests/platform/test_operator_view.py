@@ -28,7 +28,8 @@ from tests.helpers.environment import (
     stop_process,
     worker_serving_api,
 )
-from tests.helpers.fake_openai import FakeOpenAI, Fault
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.model_answers import Fault
 from tests.helpers.waiting import eventually
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import subprocess
-import sys
 import typing
 from collections import Counter
 from collections.abc import Callable
@@ -33,7 +31,7 @@ from knowledgeops.registry.task_types import (
     spec_for,
 )
 from knowledgeops.runtime.resources import Resources
-from tests.helpers.environment import ROOT, Env
+from tests.helpers.environment import Env
 from worker import plan_queues
 
 # An activity allowed to run longer than this must heartbeat.

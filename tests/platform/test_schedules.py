@@ -13,18 +13,21 @@ from knowledgeops.db.audit import AuditLog
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from knowledgeops.runtime import schedules
 from tests.helpers.environment import ROOT, Env, settings_env
+from tests.helpers.waiting import eventually
 
 
 async def _our_schedule_ids(env: Env) -> list[str]:
-    # Schedule listing is eventually consistent: wait for it to settle.
-    ids: list[str] = []
-    for _ in range(50):
+    async def listed() -> list[str]:
         found = [s.id async for s in await env.client.list_schedules()]
-        ids = sorted(i for i in found if i.startswith(env.settings.prefix))
-        if len(ids) == len(schedules.scheduled_specs()):
-            break
-        await asyncio.sleep(0.2)
-    return ids
+        return sorted(i for i in found if i.startswith(env.settings.prefix))
+
+    # Schedule listing is eventually consistent: wait for it to settle.
+    return await eventually(
+        listed,
+        lambda ids: len(ids) == len(schedules.scheduled_specs()),
+        timeout=10,
+        what="our schedules listed, one per scheduled task type",
+    )
 
 
 async def test_schedules_are_idempotent_and_trigger_their_workflow(env: Env) -> None:
@@ -65,12 +68,11 @@ async def test_schedules_are_idempotent_and_trigger_their_workflow(env: Env) -> 
     assert r.returncode == 0, r.stderr
     prefix = env.settings.task_id("report_generate-scheduled")
     query = f'{TASK_TYPE_SEARCH_ATTRIBUTE.name} = "REPORT_GENERATE"'
-    runs: list[str] = []
-    for _ in range(100):
-        runs = [w.id async for w in env.client.list_workflows(query) if w.id.startswith(prefix)]
-        if runs:
-            break
-        await asyncio.sleep(0.2)
+
+    async def scheduled_runs() -> list[str]:
+        return [w.id async for w in env.client.list_workflows(query) if w.id.startswith(prefix)]
+
+    runs = await eventually(scheduled_runs, bool, timeout=20, what="the triggered run listed")
     assert len(runs) == 1, runs
     st = await env.service.wait(runs[0], timeout=90)
     assert st.status == "completed", st.last_error
