@@ -15,6 +15,8 @@ from knowledgeops.db.live_versions import LiveVersions
 from knowledgeops.files.chunk_store import sections_file
 from knowledgeops.ingest.parse_runner import run_chunk, run_parse
 from knowledgeops.ingest.parser_process import ParserLimits
+from starter.services.task_models import TaskStatus
+from tests.helpers.environment import Env
 
 
 def numbered_paragraphs(n: int, words: int = 40) -> str:
@@ -117,3 +119,9 @@ async def live_version_of(settings: Settings, document_id: str) -> str | None:
         return await LiveVersions(db, settings.chunks_dir).get(document_id)
     finally:
         await db.close()
+
+
+async def import_and_wait(env: Env, path: Path, **kw: object) -> TaskStatus:
+    """Import a file through the document service and wait (90 s at most) until it closes."""
+    ref = await env.documents.import_file(path, **kw)  # type: ignore[arg-type]
+    return await env.service.wait(ref.task_id, timeout=90.0)
