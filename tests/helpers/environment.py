@@ -270,16 +270,16 @@ class Api:
         return body
 
     async def wait_task(self, task_id: str, timeout: float = 90) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
+        async def status() -> dict[str, Any]:
             r = await self.http.get(f"/v1/tasks/{task_id}")
             assert r.status_code == 200, r.text
             body: dict[str, Any] = r.json()
-            if body["status"] in ("completed", "failed", "cancelled", "terminated", "timed_out"):
-                return body
-            assert loop.time() < deadline, body
-            await asyncio.sleep(0.2)
+            return body
+
+        closed = ("completed", "failed", "cancelled", "terminated", "timed_out")
+        return await eventually(
+            status, lambda body: body["status"] in closed, timeout=timeout, what=f"{task_id} closed"
+        )
 
 
 ADMIN_TOKEN = "test-admin-token"

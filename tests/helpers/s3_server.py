@@ -8,13 +8,13 @@ import secrets
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from knowledgeops.config.settings import Settings
+from tests.helpers.waiting import eventually_sync
 
 RCLONE = Path(sys.executable).parent / "rclone"
 START_DEADLINE = 15.0
@@ -122,19 +122,24 @@ def rclone_s3(tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests") ->
 
 def _wait_until_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> bool:
     """True once the port accepts connections; False if rclone exits first."""
-    deadline = time.monotonic() + START_DEADLINE
-    while time.monotonic() < deadline:
+
+    def state() -> str:
         if proc.poll() is not None:
-            return False
+            return "exited"
         with socket.socket() as s:
             s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.05)
-    raise RuntimeError(
-        f"rclone serve s3 did not listen on 127.0.0.1:{port} within {START_DEADLINE}s:\n"
-        + log.read_text(errors="replace")
-    )
+            return "listening" if s.connect_ex(("127.0.0.1", port)) == 0 else "starting"
+
+    try:
+        seen = eventually_sync(
+            state, lambda s: s != "starting", timeout=START_DEADLINE, interval=0.05
+        )
+    except AssertionError:
+        raise RuntimeError(
+            f"rclone serve s3 did not listen on 127.0.0.1:{port} within {START_DEADLINE}s:\n"
+            + log.read_text(errors="replace")
+        ) from None
+    return seen == "listening"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

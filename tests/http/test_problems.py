@@ -22,6 +22,7 @@ from starter.http.app import create_app
 from starter.http.runtime import Runtime
 from tests.helpers.environment import running_api
 from tests.helpers.problems import PROBLEM_JSON, problem
+from tests.helpers.waiting import eventually
 
 SECRET = "secret-internal-state-7f3a"
 
@@ -71,9 +72,12 @@ async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
+
+        def started() -> bool:
             assert not task.done(), task.exception()
-            await asyncio.sleep(0.02)
+            return bool(server.started)
+
+        await eventually(started, bool, timeout=30, interval=0.02, what="the server started")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
             yield http
     finally:
