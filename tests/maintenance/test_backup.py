@@ -31,10 +31,10 @@ from knowledgeops.files import file_store
 from knowledgeops.index.embedding_cache import cache_collection
 from knowledgeops.runtime.resources import Resources
 from starter.services.search import search
-from tests.helpers.backup import WAIT, backup, cli, empty_database
 from tests.helpers.documents import numbered_paragraphs
 from tests.helpers.environment import EXAMPLES, PG_URL, Env, openai_settings, running_env
 from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.maintenance import WAIT, backup, cli, empty_database
 
 QUERIES = [
     "Paragraph 7 of the generated corpus",

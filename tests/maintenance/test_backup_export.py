@@ -16,10 +16,10 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.storage.opening import open_store
 from knowledgeops.storage.store import Store
 from starter.services.search import search
-from tests.helpers.backup import WAIT, backup, cli, empty_database
 from tests.helpers.documents import numbered_paragraphs
 from tests.helpers.environment import ROOT, openai_settings, running_env, settings_env
 from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.maintenance import WAIT, backup, cli, empty_database
 from tests.helpers.s3_server import S3Server, free_port, rclone_s3
 
 QUERY = "Paragraph 7 of the generated corpus"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -21,7 +20,6 @@ from activities.cleanup import CleanupActivities
 from knowledgeops.backup import store as backups
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.cleanup import (
-    CleanupPlan,
     KindTotals,
     RemoveCheckpoint,
     RemoveOrphansRequest,
@@ -35,23 +33,13 @@ from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.registry.task_types import TaskQueue, TaskType
 from knowledgeops.runtime.resources import Resources
 from starter.services.search import search
-from starter.services.task_models import PayloadInvalidError, TaskStatus
+from starter.services.task_models import PayloadInvalidError
 from tests.helpers.documents import numbered_paragraphs
 from tests.helpers.environment import EXAMPLES, Env, running_env
+from tests.helpers.maintenance import cleanup, file_id_of, imported
 from worker import build_workers
 
 WAIT = 90.0
-
-
-async def imported(env: Env, path: Path, document_id: str) -> TaskStatus:
-    ref = await env.documents.import_file(path, document_id=document_id)
-    st = await env.service.wait(ref.task_id, timeout=WAIT)
-    assert st.status == "completed", st.last_error
-    return st
-
-
-def file_id_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() + file_store.safe_extension(path.name)
 
 
 @asynccontextmanager
@@ -72,15 +60,6 @@ async def maintenance_worker(env: Env) -> AsyncIterator[VectorIndex]:
         await workers[0].shutdown()
         await asyncio.gather(task, return_exceptions=True)
         store.close()
-
-
-async def cleanup(env: Env, **payload: object) -> tuple[TaskStatus, CleanupPlan]:
-    ref = await env.service.enqueue(TaskType.CLEANUP_EXECUTE, {"grace_minutes": 0, **payload})
-    st = await env.service.wait(ref.task_id, timeout=WAIT)
-    assert st.status == "completed", st.last_error
-    assert st.result is not None
-    text = await asyncio.to_thread(Path(st.result["plan_path"]).read_text)
-    return st, CleanupPlan.model_validate_json(text)
 
 
 def make_archive(root: Path, name: str, blobs: list[str], manifest: bool = True) -> Path:

@@ -26,11 +26,10 @@ from knowledgeops.files.chunk_store import ChunkReader
 from knowledgeops.files.data_files import open_storage
 from knowledgeops.runtime.resources import Resources
 from starter.services.search import search
-from tests.helpers.backup import backup, cli, empty_database
 from tests.helpers.documents import numbered_paragraphs
 from tests.helpers.environment import running_env
+from tests.helpers.maintenance import backup, cleanup, cli, empty_database, file_id_of, imported
 from tests.helpers.s3_server import S3Server, rclone_s3
-from tests.maintenance.test_cleanup import cleanup, file_id_of, imported
 
 TWO_HOURS = 2 * 3600
 KINDS = ["files", "chunks", "points"]

@@ -129,3 +129,15 @@ def test_core_package_imports_only_layers_below(part: str) -> None:
         if RANK.get(target, len(LAYERS)) >= RANK[part]
     }
     assert not wrong, sorted(wrong)
+
+
+def test_tests_share_only_through_helpers() -> None:
+    # A test module imported by another runs its module-level code twice and couples two
+    # files' fixtures; what tests share lives in tests/helpers/ (and fixtures in conftest.py).
+    wrong = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
+                if not (node.module or "").startswith("tests.helpers"):
+                    wrong.add(f"{path.relative_to(ROOT)} -> {node.module}")
+    assert not wrong, sorted(wrong)
