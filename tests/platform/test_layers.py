@@ -137,7 +137,7 @@ def test_tests_share_only_through_helpers() -> None:
     wrong = set()
     for path in (ROOT / "tests").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
-                if not (node.module or "").startswith("tests.helpers"):
-                    wrong.add(f"{path.relative_to(ROOT)} -> {node.module}")
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if module.startswith("tests.") and not module.startswith("tests.helpers"):
+                wrong.add(f"{path.relative_to(ROOT)} -> {module}")
     assert not wrong, sorted(wrong)
