@@ -137,7 +137,7 @@ def test_tests_share_only_through_helpers() -> None:
     wrong = set()
     for path in (ROOT / "tests").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
             if module.startswith("tests.") and not module.startswith("tests.helpers"):
                 wrong.add(f"{path.relative_to(ROOT)} -> {module}")
     assert not wrong, sorted(wrong)
