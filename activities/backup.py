@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio import activity
@@ -26,24 +24,20 @@ from temporalio.exceptions import ApplicationError
 from activities.support import Heartbeater, resume_from
 from knowledgeops.backup import database_dump
 from knowledgeops.backup.archive import (
-    COLLECTION_META,
     DATABASE_DIR,
     INDEX_DIR,
     POINTS_PER_PART,
     CollectionMeta,
-    DatabasePart,
     FileEntry,
-    IndexCollection,
-    Manifest,
-    copy_hashing,
+    finish_collection,
     local_sources,
     part_name,
-    part_of,
-    sha256_file,
     stored_sources,
+    write_manifest,
     write_points,
 )
 from knowledgeops.backup.export import backup_store, export_key, is_export_key, write_export
+from knowledgeops.backup.pool import here, into_pool
 from knowledgeops.backup.store import (
     LISTING,
     MANIFEST,
@@ -74,10 +68,9 @@ from knowledgeops.contracts.backup import (
     RetentionResult,
 )
 from knowledgeops.errors import bad_input
-from knowledgeops.files.file_store import write_atomically
 from knowledgeops.index.live import aliased_index
 from knowledgeops.runtime.resources import Resources
-from knowledgeops.storage.store import StorageConfigError, StoredObjectMissing, fsync_dir
+from knowledgeops.storage.store import StorageConfigError, StoredObjectMissing
 
 
 class BackupActivities:
@@ -172,7 +165,7 @@ class BackupActivities:
                     live=live,
                     metadata=aliased[1] if aliased is not None and live else {},
                 )
-                await asyncio.to_thread(_finish_collection, folder, meta, cp.part)
+                await asyncio.to_thread(finish_collection, folder, meta, cp.part)
         return IndexBackupResult(collections=len(collections), points=cp.done, bytes=cp.bytes)
 
     @activity.defn(name=BACKUP_FILES.name)
@@ -230,15 +223,17 @@ class BackupActivities:
         )
 
     async def _pooled(self, rel: str, path: Path, pool: Path) -> tuple[FileEntry | None, bool]:
-        """`_into_pool`; a file only in STORAGE_URL's store is downloaded into the pool (the
+        """`into_pool`; a file only in STORAGE_URL's store is downloaded into the pool (the
         working copy would be a second copy of every file on this machine)."""
         files = self.resources.files
-        if files.store is None or await asyncio.to_thread(_here, rel, path, pool):
-            return await asyncio.to_thread(_into_pool, rel, path, pool)
+        if files.store is None or await asyncio.to_thread(here, rel, path, pool):
+            return await asyncio.to_thread(into_pool, rel, path, pool, log=activity.logger)
         download = pool / f".tmp-fetch-{path.name}-{os.getpid()}"  # pruned if we die
         try:
             await files.store.get_file(files.key(path), download)
-            return await asyncio.to_thread(_into_pool, rel, download, pool, move=True)
+            return await asyncio.to_thread(
+                into_pool, rel, download, pool, move=True, log=activity.logger
+            )
         except StoredObjectMissing:
             return None, False  # removed since it was listed (its document was deleted)
         finally:
@@ -248,7 +243,7 @@ class BackupActivities:
     async def write_backup_manifest(self, req: ManifestRequest) -> ManifestResult:
         folder = self._folder(BackupStageRequest(archive=req.archive))
         async with Heartbeater():
-            parts = await asyncio.to_thread(_write_manifest, folder, req)
+            parts = await asyncio.to_thread(write_manifest, folder, req)
         return ManifestResult(path=str(folder.resolve()), parts=parts)
 
     @activity.defn(name=EXPORT_BACKUP.name)
@@ -312,86 +307,3 @@ class BackupActivities:
         async with Heartbeater():
             await asyncio.to_thread(remove_archive, folder)
         return True
-
-
-def _finish_collection(folder: Path, meta: CollectionMeta, parts: int) -> None:
-    """Drop parts an earlier attempt wrote past the end, then record the collection."""
-    for stale in folder.glob("*.jsonl.gz"):
-        if int(stale.name.split(".")[0]) >= parts:
-            stale.unlink()
-    write_atomically(folder / COLLECTION_META, meta.model_dump_json().encode())
-
-
-def _here(rel: str, path: Path, pool: Path) -> bool:
-    """The file can be pooled without the store: it is in the working copy, or it is a stored
-    file whose blob (named by its id, its hash) the pool has."""
-    return path.is_file() or (rel.startswith("files/") and (pool / path.name).is_file())
-
-
-def _into_pool(
-    rel: str, path: Path, pool: Path, *, move: bool = False
-) -> tuple[FileEntry | None, bool]:
-    """The pool entry of the file `rel` (at `path`), copying it into the pool unless its blob
-    is there already (`move`: `path` is a download of it, moved in instead). A stored file's
-    id is its hash, so a present one is not even read."""
-    name = rel.rsplit("/", 1)[1]
-    suffix = Path(name).suffix if rel.startswith("chunks/") else ""
-    try:
-        if rel.startswith("files/"):
-            sha = name[:64]
-            suffix = name[64:]
-        else:
-            sha = sha256_file(path)
-        blob = pool / f"{sha}{suffix}"
-        if blob.exists():
-            return FileEntry(path=rel, blob=blob.name, sha256=sha, bytes=blob.stat().st_size), False
-        if move:
-            actual = sha if rel.startswith("chunks/") else sha256_file(path)
-            os.replace(path, blob)
-        else:
-            actual = copy_hashing(path, blob)
-    except FileNotFoundError:
-        return None, False
-    if actual != sha:
-        # The file changed while we read it (a re-import), or a stored file no longer
-        # matches its id: keep what was copied, under its own hash.
-        activity.logger.warning("%s: content hash %s differs from %s", rel, actual, sha)
-        real = pool / f"{actual}{suffix}"
-        os.replace(blob, real)
-        blob, sha = real, actual
-    return FileEntry(path=rel, blob=blob.name, sha256=sha, bytes=blob.stat().st_size), True
-
-
-def _write_manifest(folder: Path, req: ManifestRequest) -> int:
-    """Checksum every part and publish the manifest (atomically, last). Idempotent."""
-    if (folder / MANIFEST).is_file():
-        manifest = Manifest.model_validate_json((folder / MANIFEST).read_bytes())
-        return 2 + sum(len(c.parts) for c in manifest.index)
-    collections = []
-    index_root = folder / INDEX_DIR
-    for meta_path in sorted(index_root.glob(f"*/{COLLECTION_META}")):
-        meta = CollectionMeta.model_validate_json(meta_path.read_bytes())
-        parts = [
-            part_of(folder, str(p.relative_to(folder)))
-            for p in sorted(meta_path.parent.glob("*.jsonl.gz"))
-        ]
-        collections.append(IndexCollection(**meta.model_dump(), parts=parts))
-    files = req.files
-    manifest = Manifest(
-        archive=req.archive,
-        task_id=req.task_id,
-        label=req.label,
-        started_at=req.started_at,
-        completed_at=datetime.now(UTC),
-        database=DatabasePart(kind=req.database.kind, part=part_of(folder, req.database.path)),
-        index=collections,
-        listing=part_of(folder, LISTING),
-        stored_files=files.stored_files,
-        chunk_files=files.chunk_files,
-        files_bytes=files.bytes,
-    )
-    write_atomically(
-        folder / MANIFEST, json.dumps(manifest.model_dump(mode="json"), indent=1).encode()
-    )
-    fsync_dir(folder)
-    return 2 + sum(len(c.parts) for c in collections)

@@ -24,7 +24,7 @@ import os
 import re
 import struct
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,11 +32,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from knowledgeops.backup.store import LISTING, MANIFEST, pool_dir
 from knowledgeops.config.settings import Settings
+from knowledgeops.contracts.backup import ManifestRequest
 from knowledgeops.files.chunk_store import LIVE_SUFFIX, document_of
 from knowledgeops.files.data_files import DataFiles
 from knowledgeops.files.file_store import FILE_ID_RE, write_atomically
 from knowledgeops.index.points import StoredPoint
-from knowledgeops.storage.store import StoredObject
+from knowledgeops.storage.store import StoredObject, fsync_dir
 
 FORMAT_VERSION = 1
 DATABASE_DIR = "database"
@@ -212,6 +213,52 @@ def read_points(path: Path) -> list[StoredPoint]:
         vector = list(struct.unpack(f"<{len(raw) // 4}f", raw))
         points.append(StoredPoint(id=r["id"], vector=vector, payload=r["p"]))
     return points
+
+
+def finish_collection(folder: Path, meta: CollectionMeta, parts: int) -> None:
+    """Drop parts an earlier attempt wrote past the end, then record the collection."""
+    for stale in folder.glob("*.jsonl.gz"):
+        if int(stale.name.split(".")[0]) >= parts:
+            stale.unlink()
+    write_atomically(folder / COLLECTION_META, meta.model_dump_json().encode())
+
+
+# -- the manifest ---------------------------------------------------------------------------
+
+
+def write_manifest(folder: Path, req: ManifestRequest) -> int:
+    """Checksum every part and publish the manifest (atomically, last). Idempotent."""
+    if (folder / MANIFEST).is_file():
+        manifest = Manifest.model_validate_json((folder / MANIFEST).read_bytes())
+        return 2 + sum(len(c.parts) for c in manifest.index)
+    collections = []
+    index_root = folder / INDEX_DIR
+    for meta_path in sorted(index_root.glob(f"*/{COLLECTION_META}")):
+        meta = CollectionMeta.model_validate_json(meta_path.read_bytes())
+        parts = [
+            part_of(folder, str(p.relative_to(folder)))
+            for p in sorted(meta_path.parent.glob("*.jsonl.gz"))
+        ]
+        collections.append(IndexCollection(**meta.model_dump(), parts=parts))
+    files = req.files
+    manifest = Manifest(
+        archive=req.archive,
+        task_id=req.task_id,
+        label=req.label,
+        started_at=req.started_at,
+        completed_at=datetime.now(UTC),
+        database=DatabasePart(kind=req.database.kind, part=part_of(folder, req.database.path)),
+        index=collections,
+        listing=part_of(folder, LISTING),
+        stored_files=files.stored_files,
+        chunk_files=files.chunk_files,
+        files_bytes=files.bytes,
+    )
+    write_atomically(
+        folder / MANIFEST, json.dumps(manifest.model_dump(mode="json"), indent=1).encode()
+    )
+    fsync_dir(folder)
+    return 2 + sum(len(c.parts) for c in collections)
 
 
 # -- reading an archive ---------------------------------------------------------------------
