@@ -122,10 +122,24 @@ async def command(service: TaskQueueService, args: argparse.Namespace) -> int:
         print(f"cancel requested for {args.task_id}")
         return 0
     if args.command == "message":
-        from starter.services.agent import cli_message
-
-        return await cli_message(service, args.task_id, args.text, args.json)
+        return await _message(service, args.task_id, args.text, args.json)
     raise AssertionError(args.command)
+
+
+async def _message(service: TaskQueueService, task_id: str, text: str, as_json: bool) -> int:
+    """`knowledgeops message TASK TEXT`: the reply (or, with --json, the whole answer)."""
+    # Imported here: only this command needs the agent's transcript and the store.
+    from knowledgeops.files.data_files import open_storage
+    from starter.services.agent import send_message
+
+    answer = await send_message(service, open_storage(service.settings)[0], task_id, text)
+    if as_json:
+        print(answer.model_dump_json(indent=2))
+    elif answer.reply is not None:
+        print(answer.reply)
+    else:
+        print(f"reply {answer.reply_id} is in the transcript: GET /v1/tasks/{task_id}/output")
+    return 0
 
 
 async def _run_task(service: TaskQueueService, args: argparse.Namespace) -> int:

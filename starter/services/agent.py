@@ -13,10 +13,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from knowledgeops.agent.transcript import TranscriptStore
 from knowledgeops.contracts.agent import SEND_MESSAGE_UPDATE, AgentMessage, AgentReply
+from knowledgeops.contracts.ai import TokenUsage
 from knowledgeops.errors import validation_text
-from knowledgeops.files.data_files import open_storage
 from knowledgeops.files.outputs import OutputStore
-from knowledgeops.models.chat import TokenUsage
 from knowledgeops.registry.task_types import TASK_TYPE_SEARCH_ATTRIBUTE, TaskType
 from knowledgeops.storage.store import Store
 from starter.services.task_models import PayloadInvalidError, TaskFinishedError
@@ -73,15 +72,3 @@ async def send_message(
         steps=reply.steps,
         usage=reply.usage,
     )
-
-
-async def cli_message(service: TaskQueueService, task_id: str, text: str, as_json: bool) -> int:
-    """`knowledgeops message TASK TEXT`: the reply (or, with --json, the whole answer)."""
-    answer = await send_message(service, open_storage(service.settings)[0], task_id, text)
-    if as_json:
-        print(answer.model_dump_json(indent=2))
-    elif answer.reply is not None:
-        print(answer.reply)
-    else:
-        print(f"reply {answer.reply_id} is in the transcript: GET /v1/tasks/{task_id}/output")
-    return 0
