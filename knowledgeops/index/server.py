@@ -72,7 +72,18 @@ class ServerEngine(Engine):
     local = False
 
     def __init__(self, url: str, api_key: str = "") -> None:
-        self._client = QdrantClient(url=url, api_key=api_key or None)
+        self._attach(QdrantClient(url=url, api_key=api_key or None))
+
+    @classmethod
+    def over(cls, client: QdrantClient) -> ServerEngine:
+        """The engine over a client made elsewhere: the contract tests pass qdrant-client's
+        local mode (`QdrantClient(":memory:")`), so this engine runs where no server is."""
+        engine = cls.__new__(cls)
+        engine._attach(client)
+        return engine
+
+    def _attach(self, client: QdrantClient) -> None:
+        self._client = client
         self._sparse: dict[str, bool] = {}
 
     def collections(self) -> list[str]:
@@ -126,7 +137,10 @@ class ServerEngine(Engine):
         return dict(self._client.get_collection(name).config.metadata or {})
 
     def set_metadata(self, name: str, metadata: dict[str, Any]) -> None:
-        self._client.update_collection(name, metadata=metadata)
+        # The server merges what it is sent into what it has (a null removes a key); the
+        # contract replaces, so every stored key the new metadata lacks goes as a null.
+        stale = {key: None for key in self.metadata(name) if key not in metadata}
+        self._client.update_collection(name, metadata=stale | metadata)
 
     def alias(self, alias: str) -> str | None:
         for a in self._client.get_aliases().aliases:

@@ -1,43 +1,55 @@
-"""The index contract, run on every engine available: the embedded Qdrant Edge always, a Qdrant
-server when QDRANT_URL is set. Real engines, real vectors (small, deterministic ones)."""
+"""The index contract, run on every engine available: the embedded Qdrant Edge always; the server
+engine always over qdrant-client's local mode (the same client calls, answered in process), and
+on a real Qdrant server when QDRANT_URL is set. Real engines, real vectors (small, deterministic
+ones)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.index.edge import EdgeEngine
-from knowledgeops.index.edge_mapping import BuildSettings
-from knowledgeops.index.engine import Engine, IndexLockedError
+from knowledgeops.index.engine import Engine
 from knowledgeops.index.vector_index import Scope, VectorIndex
+from tests.helpers.vectors import DIM, vec
 
 QDRANT_URL = os.environ.get("QDRANT_URL", "")
-DIM = 8
 
 
 def _engine(kind: str, tmp: Path) -> Engine:
     if kind == "edge":
         return EdgeEngine(tmp / "index")
-    if not QDRANT_URL:
-        pytest.skip("no Qdrant server here: set QDRANT_URL to run the contract on one")
+    from qdrant_client import QdrantClient
+
     from knowledgeops.index.server import ServerEngine
 
+    if kind == "local":
+        # The server engine's own calls, answered by qdrant-client's local mode: it runs
+        # everywhere, with nothing to download.
+        return ServerEngine.over(QdrantClient(location=":memory:"))
+    if not QDRANT_URL:
+        pytest.skip("no Qdrant server here: set QDRANT_URL to run the contract on one")
     return ServerEngine(QDRANT_URL)
 
 
-@pytest.fixture(params=["edge", "server"])
+# Local mode ignores payload indexes and says so; on a server they are what the filters use.
+LOCAL = pytest.param(
+    "local",
+    marks=pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
+)
+
+
+@pytest.fixture(params=["edge", LOCAL, "server"])
 async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
     ix = VectorIndex(_engine(request.param, tmp_path))
     yield ix
-    if not ix.local:  # a server outlives the test: leave nothing of this test behind
+    if request.param == "server":  # a server outlives the test: leave nothing of this test behind
         for name in await ix.collections():
             if name.startswith(PREFIXES):
                 await ix.drop_collection(name)
@@ -50,12 +62,6 @@ PREFIXES = (f"chunks_t{RUN}", f"embeddings_t{RUN}")
 
 def new_collection() -> str:
     return f"chunks_t{RUN}_{uuid.uuid4().hex[:8]}"
-
-
-def vec(i: int) -> list[float]:
-    """A unit vector per i, pseudo-random: vec(i) is nearest to itself and to nothing else."""
-    v = np.random.default_rng(i).standard_normal(DIM)
-    return [float(x) for x in v / np.linalg.norm(v)]
 
 
 def chunks(texts: list[str], heading: str | None = None) -> list[Chunk]:
@@ -137,6 +143,15 @@ async def test_search_modes_rank_by_meaning_words_or_both(index: VectorIndex) ->
     assert await index.search(c, 3, text="the of and", mode=SearchMode.KEYWORD) == []
 
 
+async def test_keyword_scores_weigh_a_rare_word_above_a_common_one(index: VectorIndex) -> None:
+    # The sparse vector's IDF modifier: without it "cat" twice would outscore "zebra" once.
+    c = new_collection()
+    texts = ["zebra", "cat cat", "cat dog", "cat bird", "cat fish"]
+    await index.upsert(c, "d", chunks(texts), [vec(i) for i in range(len(texts))])
+    hits = await index.search(c, 2, text="zebra cat", mode=SearchMode.KEYWORD)
+    assert [h.text for h in hits] == ["zebra", "cat cat"]
+
+
 async def test_scope_filters_inside_the_engine(index: VectorIndex) -> None:
     c = new_collection()
     await _fill(index, c)
@@ -202,6 +217,9 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     assert await index.alias_target(alias) == c
     await index.set_metadata(c, {"model": "m", "chunk_tokens": 128})
     assert await index.metadata(c) == {"model": "m", "chunk_tokens": 128}
+    # Replaced, not merged: a key the new metadata lacks is gone.
+    await index.set_metadata(c, {"model": "n"})
+    assert await index.metadata(c) == {"model": "n"}
     await index.set_alias(alias, None)
     assert await index.alias_target(alias) is None
     cache = f"embeddings_t{RUN}_{uuid.uuid4().hex[:8]}"
@@ -211,164 +229,3 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     assert set(got) == set(ids[:2])
     assert all(abs(a - b) < 1e-5 for a, b in zip(got[ids[1]], vec(1), strict=True))
     assert await index.drop_collection(c) and not await index.exists(c)
-
-
-async def _documents(index: VectorIndex, c: str, documents: int, chunks_each: int) -> None:
-    """doc0, doc1, ...; chunk i of document d has the vector vec(1000 * d + i)."""
-    for d in range(documents):
-        batch = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(chunks_each)]
-        await index.upsert(c, f"doc{d}", batch, [vec(1000 * d + i) for i in range(chunks_each)])
-
-
-async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path: Path) -> None:
-    """A large collection is split into partitions by document: a document's points are in
-    one, a scroll merges their pages in the engine's id order, a search their hits by score,
-    and a document's count and delete reach only its partition."""
-    from knowledgeops.index.edge_builder import Builder
-
-    engine = EdgeEngine(tmp_path / "index", BuildSettings(split_points=300))
-    index = VectorIndex(engine)
-    c = "chunks_pages"
-    try:
-        await _documents(index, c, 12, 25)
-        assert len(engine.collection(c).parts) == 1, "one partition until it is large"
-        assert Builder(engine).split(engine.collection(c).parts[0])
-        parts = engine.collection(c).parts
-        counts = [part.points() for part in parts]
-        assert len(counts) > 1 and min(counts) > 0 and sum(counts) == 300, counts
-        assert all(n % 25 == 0 for n in counts), "a document is in one partition"
-        seen, offset = [], None
-        while True:
-            page, offset = await index.export_points(c, offset, 7)
-            seen += [p.id for p in page]
-            if offset is None:
-                break
-        assert len(seen) == len(set(seen)) == 300
-        hits = await index.search(c, 5, vector=vec(11_023), mode=SearchMode.DENSE)
-        assert (hits[0].document_id, hits[0].chunk_index) == ("doc11", 23)
-        scores = [h.score for h in hits]
-        assert scores == sorted(scores, reverse=True)
-        assert await index.count(c, "doc5") == 25
-        assert await index.delete_document(c, "doc5") == 25
-        assert sum(part.points() for part in parts) == 275
-    finally:
-        index.close()
-
-
-def test_embedded_index_is_one_process_at_a_time(tmp_path: Path) -> None:
-    first = EdgeEngine(tmp_path / "index")
-    try:
-        with pytest.raises(IndexLockedError, match="held by another process"):
-            EdgeEngine(tmp_path / "index")
-    finally:
-        first.close()
-    EdgeEngine(tmp_path / "index").close()  # released on close
-
-
-async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) -> None:
-    """A build on a copy in a child process: writes made during it survive the swap, search
-    answers throughout, and afterwards the points are in the HNSW graph."""
-    from knowledgeops.index.edge_builder import Builder
-
-    build = BuildSettings(points=1_000, idle_seconds=3600, idle_points=1_000)
-    engine = EdgeEngine(tmp_path / "index", build)
-    index = VectorIndex(engine)
-    c = "chunks_build"
-    n = 3_000
-    try:
-        for start in range(0, n, 500):
-            batch = [
-                Chunk(i, f"chunk number {i} about topic {i % 7}", f"h{i}")
-                for i in range(start, start + 500)
-            ]
-            await index.upsert(c, "doc", batch, [vec(i) for i in range(start, start + 500)])
-        assert (await index.unindexed())[c] == n
-        builder = Builder(engine)
-        parts = engine.collection(c).parts
-        assert len(parts) == 1  # below BuildSettings.split_points
-
-        def build_all() -> list[bool]:
-            return [builder.build(part) for part in parts]
-
-        build_task = asyncio.create_task(asyncio.to_thread(build_all))
-        # Writes and searches while the child builds: all must land in the swapped-in shards.
-        written = 0
-        while not build_task.done():
-            i = n + written
-            await index.upsert(c, "late", [Chunk(written, f"late chunk {i}", f"l{i}")], [vec(i)])
-            written += 1
-            hits = await index.search(c, 3, vector=vec(7), mode=SearchMode.DENSE)
-            assert hits and hits[0].chunk_index == 7
-            await asyncio.sleep(0.05)
-        assert await build_task == [True] * len(parts)
-        assert written > 0
-        assert await index.count(c, "doc") == n
-        assert await index.count(c, "late") == written
-        # Only what was written after the copy is outside the graph.
-        assert (await index.unindexed())[c] <= written
-        hits = await index.search(c, 1, vector=vec(1234), mode=SearchMode.DENSE)
-        assert hits[0].chunk_index == 1234
-    finally:
-        index.close()
-    # The swapped-in shard is the one a restart opens, with the same points.
-    again = VectorIndex(EdgeEngine(tmp_path / "index"))
-    try:
-        assert await again.count(c, "doc") == n
-        folder = tmp_path / "index/collections/chunks_build"
-        shards = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/shard-*"))
-        assert shards == ["p0/shard-1"]
-    finally:
-        again.close()
-
-
-async def test_a_growing_collection_is_split_while_writes_and_search_go_on(
-    tmp_path: Path,
-) -> None:
-    """One partition while small (BM25's statistics are then the whole collection's); once
-    large, the builder splits it by document: writes, deletes and searches made during the
-    split all hold afterwards, and a restart opens the partitions."""
-    from knowledgeops.index.edge_builder import Builder
-
-    engine = EdgeEngine(tmp_path / "index", BuildSettings(split_points=2_000, idle_points=200))
-    index = VectorIndex(engine)
-    c = "chunks_split"
-    try:
-        await _documents(index, c, 20, 150)
-        builder = Builder(engine)
-        (part,) = engine.collection(c).parts
-        assert builder._due(part), "3,000 points is past split_points: a split is due"
-        split = asyncio.create_task(asyncio.to_thread(builder.split, part))
-        written = 0
-        while not split.done():
-            i = 100_000 + written
-            await index.upsert(
-                c, f"late{written % 5}", [Chunk(written, f"late {i}", f"l{i}")], [vec(i)]
-            )
-            written += 1
-            if written == 3:
-                assert await index.delete_document(c, "doc3") == 150
-            hits = await index.search(c, 3, vector=vec(1007), mode=SearchMode.DENSE)
-            assert (hits[0].document_id, hits[0].chunk_index) == ("doc1", 7)
-            await asyncio.sleep(0.02)
-        assert await split
-        assert written > 3, "the split must have overlapped the writes"
-        parts = engine.collection(c).parts
-        assert len(parts) == BuildSettings().partitions
-        assert part.moved and not (tmp_path / "index/collections" / c / part.handle.folder).exists()
-        counts = [p.points() for p in parts]
-        assert min(counts) > 0 and sum(counts) == 19 * 150 + written, counts
-        for d in (0, 7, 19):
-            assert await index.count(c, f"doc{d}") == 150
-        assert await index.count(c, "doc3") == 0
-        assert sum([await index.count(c, f"late{k}") for k in range(5)]) == written
-        hits = await index.search(c, 1, vector=vec(19_042), mode=SearchMode.DENSE)
-        assert (hits[0].document_id, hits[0].chunk_index) == ("doc19", 42)
-        assert (await index.unindexed())[c] <= written
-    finally:
-        index.close()
-    again = EdgeEngine(tmp_path / "index")
-    try:
-        assert len(again.collection(c).parts) == BuildSettings().partitions
-        assert await VectorIndex(again).count(c, "doc7") == 150
-    finally:
-        again.close()

@@ -1,0 +1,179 @@
+"""The embedded engine's own behaviour, beyond the contract every engine meets
+(test_vector_index.py): a large collection split into partitions, one process at a time, and
+the background HNSW build and split going on while writes and searches continue."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from knowledgeops.contracts.search import SearchMode
+from knowledgeops.files.chunk_store import Chunk
+from knowledgeops.index.edge import EdgeEngine
+from knowledgeops.index.edge_mapping import BuildSettings
+from knowledgeops.index.engine import IndexLockedError
+from knowledgeops.index.vector_index import VectorIndex
+from tests.helpers.vectors import vec
+
+
+async def _documents(index: VectorIndex, c: str, documents: int, chunks_each: int) -> None:
+    """doc0, doc1, ...; chunk i of document d has the vector vec(1000 * d + i)."""
+    for d in range(documents):
+        batch = [Chunk(i, f"chunk {i} of document {d}", f"h{d}-{i}") for i in range(chunks_each)]
+        await index.upsert(c, f"doc{d}", batch, [vec(1000 * d + i) for i in range(chunks_each)])
+
+
+async def test_pages_of_a_partitioned_collection_cover_every_point_once(tmp_path: Path) -> None:
+    """A large collection is split into partitions by document: a document's points are in
+    one, a scroll merges their pages in the engine's id order, a search their hits by score,
+    and a document's count and delete reach only its partition."""
+    from knowledgeops.index.edge_builder import Builder
+
+    engine = EdgeEngine(tmp_path / "index", BuildSettings(split_points=300))
+    index = VectorIndex(engine)
+    c = "chunks_pages"
+    try:
+        await _documents(index, c, 12, 25)
+        assert len(engine.collection(c).parts) == 1, "one partition until it is large"
+        assert Builder(engine).split(engine.collection(c).parts[0])
+        parts = engine.collection(c).parts
+        counts = [part.points() for part in parts]
+        assert len(counts) > 1 and min(counts) > 0 and sum(counts) == 300, counts
+        assert all(n % 25 == 0 for n in counts), "a document is in one partition"
+        seen, offset = [], None
+        while True:
+            page, offset = await index.export_points(c, offset, 7)
+            seen += [p.id for p in page]
+            if offset is None:
+                break
+        assert len(seen) == len(set(seen)) == 300
+        hits = await index.search(c, 5, vector=vec(11_023), mode=SearchMode.DENSE)
+        assert (hits[0].document_id, hits[0].chunk_index) == ("doc11", 23)
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+        assert await index.count(c, "doc5") == 25
+        assert await index.delete_document(c, "doc5") == 25
+        assert sum(part.points() for part in parts) == 275
+    finally:
+        index.close()
+
+
+def test_embedded_index_is_one_process_at_a_time(tmp_path: Path) -> None:
+    first = EdgeEngine(tmp_path / "index")
+    try:
+        with pytest.raises(IndexLockedError, match="held by another process"):
+            EdgeEngine(tmp_path / "index")
+    finally:
+        first.close()
+    EdgeEngine(tmp_path / "index").close()  # released on close
+
+
+async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) -> None:
+    """A build on a copy in a child process: writes made during it survive the swap, search
+    answers throughout, and afterwards the points are in the HNSW graph."""
+    from knowledgeops.index.edge_builder import Builder
+
+    build = BuildSettings(points=1_000, idle_seconds=3600, idle_points=1_000)
+    engine = EdgeEngine(tmp_path / "index", build)
+    index = VectorIndex(engine)
+    c = "chunks_build"
+    n = 3_000
+    try:
+        for start in range(0, n, 500):
+            batch = [
+                Chunk(i, f"chunk number {i} about topic {i % 7}", f"h{i}")
+                for i in range(start, start + 500)
+            ]
+            await index.upsert(c, "doc", batch, [vec(i) for i in range(start, start + 500)])
+        assert (await index.unindexed())[c] == n
+        builder = Builder(engine)
+        parts = engine.collection(c).parts
+        assert len(parts) == 1  # below BuildSettings.split_points
+
+        def build_all() -> list[bool]:
+            return [builder.build(part) for part in parts]
+
+        build_task = asyncio.create_task(asyncio.to_thread(build_all))
+        # Writes and searches while the child builds: all must land in the swapped-in shards.
+        written = 0
+        while not build_task.done():
+            i = n + written
+            await index.upsert(c, "late", [Chunk(written, f"late chunk {i}", f"l{i}")], [vec(i)])
+            written += 1
+            hits = await index.search(c, 3, vector=vec(7), mode=SearchMode.DENSE)
+            assert hits and hits[0].chunk_index == 7
+            await asyncio.sleep(0.05)
+        assert await build_task == [True] * len(parts)
+        assert written > 0
+        assert await index.count(c, "doc") == n
+        assert await index.count(c, "late") == written
+        # Only what was written after the copy is outside the graph.
+        assert (await index.unindexed())[c] <= written
+        hits = await index.search(c, 1, vector=vec(1234), mode=SearchMode.DENSE)
+        assert hits[0].chunk_index == 1234
+    finally:
+        index.close()
+    # The swapped-in shard is the one a restart opens, with the same points.
+    again = VectorIndex(EdgeEngine(tmp_path / "index"))
+    try:
+        assert await again.count(c, "doc") == n
+        folder = tmp_path / "index/collections/chunks_build"
+        shards = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/shard-*"))
+        assert shards == ["p0/shard-1"]
+    finally:
+        again.close()
+
+
+async def test_a_growing_collection_is_split_while_writes_and_search_go_on(
+    tmp_path: Path,
+) -> None:
+    """One partition while small (BM25's statistics are then the whole collection's); once
+    large, the builder splits it by document: writes, deletes and searches made during the
+    split all hold afterwards, and a restart opens the partitions."""
+    from knowledgeops.index.edge_builder import Builder
+
+    engine = EdgeEngine(tmp_path / "index", BuildSettings(split_points=2_000, idle_points=200))
+    index = VectorIndex(engine)
+    c = "chunks_split"
+    try:
+        await _documents(index, c, 20, 150)
+        builder = Builder(engine)
+        (part,) = engine.collection(c).parts
+        assert builder._due(part), "3,000 points is past split_points: a split is due"
+        split = asyncio.create_task(asyncio.to_thread(builder.split, part))
+        written = 0
+        while not split.done():
+            i = 100_000 + written
+            await index.upsert(
+                c, f"late{written % 5}", [Chunk(written, f"late {i}", f"l{i}")], [vec(i)]
+            )
+            written += 1
+            if written == 3:
+                assert await index.delete_document(c, "doc3") == 150
+            hits = await index.search(c, 3, vector=vec(1007), mode=SearchMode.DENSE)
+            assert (hits[0].document_id, hits[0].chunk_index) == ("doc1", 7)
+            await asyncio.sleep(0.02)
+        assert await split
+        assert written > 3, "the split must have overlapped the writes"
+        parts = engine.collection(c).parts
+        assert len(parts) == BuildSettings().partitions
+        assert part.moved and not (tmp_path / "index/collections" / c / part.handle.folder).exists()
+        counts = [p.points() for p in parts]
+        assert min(counts) > 0 and sum(counts) == 19 * 150 + written, counts
+        for d in (0, 7, 19):
+            assert await index.count(c, f"doc{d}") == 150
+        assert await index.count(c, "doc3") == 0
+        assert sum([await index.count(c, f"late{k}") for k in range(5)]) == written
+        hits = await index.search(c, 1, vector=vec(19_042), mode=SearchMode.DENSE)
+        assert (hits[0].document_id, hits[0].chunk_index) == ("doc19", 42)
+        assert (await index.unindexed())[c] <= written
+    finally:
+        index.close()
+    again = EdgeEngine(tmp_path / "index")
+    try:
+        assert len(again.collection(c).parts) == BuildSettings().partitions
+        assert await VectorIndex(again).count(c, "doc7") == 150
+    finally:
+        again.close()
