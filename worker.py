@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -27,6 +28,8 @@ from knowledgeops.backup.export import backup_store
 from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
 from knowledgeops.config.values import SettingsError, parse_pools
+from knowledgeops.db.database import prepare_schema
+from knowledgeops.db.migrations import SchemaNotAtHeadError
 from knowledgeops.files.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.ingest.parser_pool import POOL as PARSER_POOL
 from knowledgeops.observability import metrics, tracing
@@ -161,9 +164,11 @@ async def run_worker(
     serve_api: bool,
     on_ready: Callable[[], None] | None = None,
     pools: Sequence[Pool] | None = None,
+    migrate: bool = True,
 ) -> None:
     """Workers of `pools` (None: WORKER_POOLS; every pool unless set), and the API when this
-    process owns the embedded index, until `stop`."""
+    process owns the embedded index, until `stop`. `migrate=False`: the database's schema was
+    prepared already (main: prepare_schema)."""
     pools = list(pools) if pools is not None else parse_pools(settings.worker_pools.split(","))
     await check_storage(settings)
     if Pool.MAINTENANCE in pools and (backups := backup_store(settings)) is not None:
@@ -174,7 +179,7 @@ async def run_worker(
     await ensure_schedules(client, settings)
     index = opens_index(pools)
     # A parse-only worker needs neither the index nor the model: no lock, no model processes.
-    async with open_resources(settings, index=index, warm_up=index) as resources:
+    async with open_resources(settings, index=index, warm_up=index, migrate=migrate) as resources:
         await resources.share_live_index()
         api = None
         if serve_api and index:
@@ -226,20 +231,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         pools = parse_pools(args.pool or settings.worker_pools.split(","))
     except SettingsError as e:
-        print(e)
+        print("\n".join(f"error: {line}" for line in str(e).splitlines()), file=sys.stderr)
         return 2
     except ValueError as e:
-        print(f"Invalid --pool: {e}")
+        print(f"error: invalid --pool: {e}", file=sys.stderr)
         return 2
     configure_logging(settings)
     serve = not settings.qdrant_url and not args.no_api and opens_index(pools)
     try:
+        # Before anything starts (Temporal, schedules): a schema this version cannot use stops it.
+        asyncio.run(prepare_schema(settings))
         return until_signal(
             lambda stop: run_worker(
                 settings,
                 stop,
                 serve_api=serve,
                 pools=pools,
+                migrate=False,
                 on_ready=lambda: log.info(
                     "worker ready on %s (pools: %s)%s",
                     settings.temporal_address,
@@ -248,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             )
         )
+    except SchemaNotAtHeadError as e:
+        # One line saying what to run, not a log record: nothing has started.
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (RuntimeError, ConnectionError) as e:
         log.error("worker stopped: %s", e)
         return 1

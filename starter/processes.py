@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import prepare_schema
 from knowledgeops.files.data_files import check_storage, keep_working_copy_trimmed
 from knowledgeops.observability.log_format import JsonLogFormatter
 from knowledgeops.runtime.resources import open_resources
@@ -78,13 +79,18 @@ async def run_until_stopped(tasks: Sequence[asyncio.Task[Any]], stop: asyncio.Ev
 
 
 async def serve_api_only(
-    settings: Settings, stop: asyncio.Event, on_ready: Callable[[], None] | None = None
+    settings: Settings,
+    stop: asyncio.Event,
+    on_ready: Callable[[], None] | None = None,
+    *,
+    migrate: bool = True,
 ) -> None:
-    """The HTTP API with no workers (with the embedded index it needs the folder free)."""
+    """The HTTP API with no workers (with the embedded index it needs the folder free).
+    `migrate=False`: the database's schema was prepared already (run_api: prepare_schema)."""
     await check_storage(settings)
     client = await connect(settings, fail_fast=True)
     await ensure_search_attributes(client, settings.temporal_namespace)
-    async with open_resources(settings) as resources:
+    async with open_resources(settings, migrate=migrate) as resources:
         api = ApiServer(client, resources, stop)
         tasks = api.start()
         if resources.files.shared:
@@ -293,8 +299,13 @@ def run_api(settings: Settings) -> int:
     be free, i.e. no worker running on it: use `dev`/`worker`, or QDRANT_URL."""
     check_exposure(settings)
     configure_logging(settings)
+    # Before anything starts; SchemaNotAtHeadError is main's one-line error, exit 1.
+    asyncio.run(prepare_schema(settings))
     return until_signal(
         lambda stop: serve_api_only(
-            settings, stop, lambda: print(f"API on {settings.resolved_api_url}", flush=True)
+            settings,
+            stop,
+            lambda: print(f"API on {settings.resolved_api_url}", flush=True),
+            migrate=False,
         )
     )

@@ -1,7 +1,9 @@
 """The application database: engine, sessions and migrations.
 
 SQLAlchemy 2 (async). SQLite file under the data directory by default, PostgreSQL through
-DATABASE_URL. The schema is owned by Alembic migrations (migrations/), applied at start-up.
+DATABASE_URL. The schema is owned by Alembic migrations (migrations/; who applies them:
+knowledgeops/db/migrations.py). A process migrates SQLite when it starts and only checks
+PostgreSQL's schema (prepare_schema), which one job migrates (`knowledgeops db upgrade`).
 Temporal is the source of truth for task state: what is kept here are domain events and read
 models projected from them (the admin task list, for listing only). Each concern has its
 module: events (with the per-type projections the registry names, and the task list every
@@ -15,7 +17,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, event, func, select
@@ -28,9 +29,23 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.migrations import (
+    MIGRATIONS_DIR,
+    migrate_to_head,
+    migrates_itself,
+    read_revision,
+    require_head,
+)
 from knowledgeops.db.sql import Base
 
-__all__ = ["Base", "Database", "migrate_to_head"]
+__all__ = [
+    "MIGRATIONS_DIR",
+    "Base",
+    "Database",
+    "migrate_to_head",
+    "open_prepared",
+    "prepare_schema",
+]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -62,6 +77,8 @@ class Database:
 
     @classmethod
     async def open(cls, settings: Settings, *, migrate: bool = True) -> Database:
+        """`migrate`: to head first (tests, tools, restore); a process's start passes False
+        after prepare_schema, so a database server's schema is never migrated by it."""
         url = settings.resolved_database_url
         if url.startswith("sqlite"):
             settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -101,25 +118,21 @@ class Database:
         return postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
 
 
-_MIGRATION_LOCK = asyncio.Lock()
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+async def prepare_schema(settings: Settings) -> None:
+    """What a process (worker, API) does with the schema when it starts, before it opens
+    anything: the embedded SQLite database is migrated to head; a server's is only checked,
+    SchemaNotAtHeadError unless at head (knowledgeops/db/migrations.py says why). It then
+    opens the database with `migrate=False`."""
+    url = settings.resolved_database_url
+    if migrates_itself(url):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await migrate_to_head(url)
+    else:
+        require_head(await read_revision(url))
 
 
-async def migrate_to_head(url: str) -> None:
-    """Apply Alembic migrations (in a thread: Alembic's env runs its own event loop)."""
-    from alembic import command
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", url)
-    async with _MIGRATION_LOCK:
-        for attempt in range(3):
-            try:
-                await asyncio.to_thread(command.upgrade, cfg, "head")
-                return
-            except Exception:
-                # Another process may be migrating the same database right now.
-                if attempt == 2:
-                    raise
-                await asyncio.sleep(1.0)
+async def open_prepared(settings: Settings) -> Database:
+    """The database as a command (the CLI) opens it: its schema prepared as a process's is
+    (`prepare_schema`: SQLite migrated, a server's only checked), then opened."""
+    await prepare_schema(settings)
+    return await Database.open(settings, migrate=False)

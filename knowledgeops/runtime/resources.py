@@ -151,12 +151,13 @@ class Resources:
 
 @contextlib.asynccontextmanager
 async def open_resources(
-    settings: Settings, *, warm_up: bool = True, index: bool = True
+    settings: Settings, *, warm_up: bool = True, index: bool = True, migrate: bool = True
 ) -> AsyncIterator[Resources]:
-    """Database (migrated), vector index (an earlier version's moved in; `index=False`: not
-    opened), embedder and chat models; closed in reverse on exit."""
+    """Database (migrated; `migrate=False`: as it is, a process having run prepare_schema),
+    vector index (an earlier version's moved in; `index=False`: not opened), embedder and chat
+    models; closed in reverse on exit."""
     async with contextlib.AsyncExitStack() as stack:
-        db = await Database.open(settings)
+        db = await Database.open(settings, migrate=migrate)
         stack.push_async_callback(db.close)
         # A Qdrant server's client is opened anyway: it holds no lock, and it is how a worker
         # that does not own an index reads the live index's settings.

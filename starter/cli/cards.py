@@ -25,10 +25,10 @@ def add_parser(sub: Any) -> None:
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
     # Here, not at the top: every command builds this module's parser, few open the database.
-    from knowledgeops.db.database import Database
+    from knowledgeops.db.database import open_prepared
     from knowledgeops.db.review_cards import ReviewCards
 
-    db = await Database.open(settings)
+    db = await open_prepared(settings)
     try:
         page = await ReviewCards(db).list(args.document_id, limit=args.limit, offset=args.offset)
     finally:

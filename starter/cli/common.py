@@ -82,12 +82,12 @@ def actor() -> str:
 @asynccontextmanager
 async def task_service(settings: Settings) -> AsyncIterator[TaskQueueService]:
     """A TaskQueueService with the database (the audit log and the document catalogue)."""
-    from knowledgeops.db.database import Database
+    from knowledgeops.db.database import open_prepared
     from knowledgeops.runtime.temporal import connect
     from starter.services.tasks import TaskQueueService
 
     client = await connect(settings)
-    db = await Database.open(settings)
+    db = await open_prepared(settings)
     service = TaskQueueService(client, settings, db)
     try:
         yield service

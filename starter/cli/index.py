@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
 
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
-    from knowledgeops.db.database import Database
+    from knowledgeops.db.database import open_prepared
     from knowledgeops.index import legacy
     from knowledgeops.index.opening import migrate_legacy
 
@@ -30,7 +30,7 @@ async def command(args: argparse.Namespace, settings: Settings) -> int:
     if not legacy.pending(settings.legacy_index_path):
         print(f"nothing to migrate: {settings.legacy_index_path} holds no earlier index")
         return 0
-    db = await Database.open(settings)
+    db = await open_prepared(settings)
     try:
         await migrate_legacy(settings, db, print)
     finally:

@@ -1,7 +1,7 @@
 """`knowledgeops` command line: the parser and the dispatch. The system's processes (dev, server,
 api, worker) and import / documents / search (run by starter/cli/documents.py) are parsed here;
 the other command families build their parsers in their modules (add_parser): tasks.py,
-maintenance.py, ocr.py, index.py, storage.py, cards.py. `--help` documents the exit codes."""
+maintenance.py, ocr.py, index.py, storage.py, cards.py, db.py. `--help` documents the exit codes."""
 
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from starter.cli import cards as cli_cards
+    from starter.cli import db as cli_db
     from starter.cli import index as cli_index
     from starter.cli import maintenance as cli_maintenance
     from starter.cli import ocr as cli_ocr
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_documents(sub)
     cli_tasks.add_schedules(sub)
     cli_maintenance.add_parser(sub)
+    cli_db.add_parser(sub)
     cli_cards.add_parser(sub)
     _add_search(sub)
     return p
@@ -258,7 +260,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings()
     except SettingsError as e:
-        print(e, file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in str(e).splitlines()), file=sys.stderr)
         return 2
     try:
         if args.command in ("dev", "server", "worker", "api"):
@@ -286,6 +288,10 @@ async def _client_command(args: argparse.Namespace, settings: Settings) -> int:
         from starter.cli import maintenance as cli_maintenance
 
         return await cli_maintenance.command(args, settings)
+    if args.command == "db":
+        from starter.cli import db as cli_db
+
+        return await cli_db.command(args, settings)
     if args.command == "index":
         from starter.cli import index as cli_index
 

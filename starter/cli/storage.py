@@ -28,13 +28,13 @@ def add_parser(sub: Any) -> None:
 
 async def command(args: argparse.Namespace, settings: Settings) -> int:
     from knowledgeops.backup.storage_upload import upload_data_folder
-    from knowledgeops.db.database import Database
+    from knowledgeops.db.database import open_prepared
     from knowledgeops.db.live_versions import LiveVersions
     from knowledgeops.files.data_files import check_storage, open_storage
 
     await check_storage(settings)
     files = open_storage(settings)[1]
-    db = await Database.open(settings)
+    db = await open_prepared(settings)
     try:
         print(f"copying {settings.data_dir} into {files.describe()}", flush=True)
         report = await upload_data_folder(
