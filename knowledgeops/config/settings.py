@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from knowledgeops.config.urls import check_url_setting
 from knowledgeops.config.values import (
     NO_WEBHOOK_SECRET,
     SettingsError,
@@ -184,7 +185,10 @@ class Settings(BaseSettings):
     # S3-compatible storage: its endpoint (empty: AWS S3), credentials and region.
     aws_endpoint_url: str = Field(default="", alias="AWS_ENDPOINT_URL")
     aws_access_key_id: str = Field(default="", alias="AWS_ACCESS_KEY_ID")
-    aws_secret_access_key: str = Field(default="", alias="AWS_SECRET_ACCESS_KEY", repr=False)
+    # validate_default: AWS_ACCESS_KEY_ID without it is refused too.
+    aws_secret_access_key: str = Field(
+        default="", alias="AWS_SECRET_ACCESS_KEY", repr=False, validate_default=True
+    )
     aws_region: str = Field(default="", alias="AWS_REGION")
     event_retention_days: int = Field(default=90, ge=1, alias="EVENT_RETENTION_DAYS")
     audit_retention_days: int = Field(default=730, ge=1, alias="AUDIT_RETENTION_DAYS")
@@ -251,19 +255,13 @@ class Settings(BaseSettings):
             )
         return v
 
-    @field_validator("backup_url")
+    @field_validator(
+        "database_url", "backup_url", "storage_url", "aws_endpoint_url", "aws_secret_access_key"
+    )
     @classmethod
-    def _backup_url_is_storage(cls, v: str) -> str:
-        from knowledgeops.storage.opening import check_url
-
-        return check_url(v, "BACKUP_URL")
-
-    @field_validator("storage_url")
-    @classmethod
-    def _storage_url_is_storage(cls, v: str) -> str:
-        from knowledgeops.storage.opening import check_url
-
-        return check_url(v, "STORAGE_URL")
+    def _urls_usable(cls, v: str, info: ValidationInfo) -> str:
+        # Checked here, without connecting, so a bad one stops a process before it starts.
+        return check_url_setting(str(cls.model_fields[str(info.field_name)].alias), v, info.data)
 
     @field_validator("rerank_api_key")
     @classmethod

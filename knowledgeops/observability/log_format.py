@@ -2,7 +2,8 @@
 
 A line written inside an activity (by any logger, ours or a library's) or by a workflow's
 logger names its task id, task type, run, attempt and activity, so a log store can show one
-task's lines across processes and retries.
+task's lines across processes and retries. A line written inside an OpenTelemetry span (with
+OTEL_EXPORTER_OTLP_ENDPOINT) also carries its trace_id and span_id.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry import trace
 from temporalio import activity
 
 from knowledgeops.registry.task_types import REGISTRY
@@ -28,10 +30,22 @@ class JsonLogFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        entry |= task_fields(record)
+        entry |= task_fields(record) | trace_fields()
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def trace_fields() -> dict[str, str]:
+    """The OpenTelemetry trace and span the line was written in, hex as OTLP shows them, so a
+    log store can link a line to its trace; nothing outside a span (or with tracing off)."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {
+        "trace_id": trace.format_trace_id(context.trace_id),
+        "span_id": trace.format_span_id(context.span_id),
+    }
 
 
 def task_fields(record: logging.LogRecord) -> dict[str, Any]:

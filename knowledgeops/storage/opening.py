@@ -63,7 +63,7 @@ def _file_path(url: str, setting: str) -> Path:
         or not url.startswith("file:/")
     ):
         raise StorageConfigError(
-            f"{setting}={url!r} is not a file URL of an absolute folder: write "
+            f"{setting}={_shown(url)!r} is not a file URL of an absolute folder: write "
             "file:///absolute/folder (three slashes)"
         )
     if ".." in path.parts:
