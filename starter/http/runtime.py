@@ -3,7 +3,7 @@ the resources of the process (database, index, embedder)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.db.database import Database
+from knowledgeops.db.events import EventStore
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder
 from knowledgeops.runtime.resources import Resources
@@ -29,6 +30,11 @@ class Runtime:
     embedder: Embedder
     # Embedders by model (search embeds with the live index's model).
     resources: Resources
+    events: EventStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Built once: an event store builds its projections and their statements.
+        self.events = EventStore(self.db)
 
     @classmethod
     def build(cls, client: Client, resources: Resources) -> Runtime:

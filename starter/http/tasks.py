@@ -13,7 +13,6 @@ from pydantic import BaseModel, Field, ValidationError
 
 from knowledgeops.contracts.document_import import DocumentImportPayload
 from knowledgeops.contracts.events import StoredEvent
-from knowledgeops.db.events import EventStore
 from knowledgeops.errors import validation_text
 from knowledgeops.files.outputs import OutputNotFoundError, OutputStore
 from knowledgeops.registry.task_types import TaskQueue, TaskType, spec_for
@@ -242,7 +241,7 @@ async def events(
 ) -> EventPage:
     """Domain events in order. Resume with `after=next_cursor`; dedupe by `event_id`."""
     await _event_scope(rt, who, task_id)
-    found = await EventStore(rt.db).after(after, limit, task_id)
+    found = await rt.events.after(after, limit, task_id)
     return EventPage(events=found, next_cursor=found[-1].seq if found else after)
 
 
@@ -264,7 +263,7 @@ async def events_stream(
         nonlocal cursor
         beat = time.monotonic()
         while not await request.is_disconnected():
-            batch = await EventStore(rt.db).after(cursor, 200, task_id)
+            batch = await rt.events.after(cursor, 200, task_id)
             for ev in batch:
                 yield sse(ev.model_dump(mode="json"), event=ev.event_type.value, id=ev.seq)
                 cursor = ev.seq

@@ -14,7 +14,6 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.db.database import Database
 from knowledgeops.db.task_list import OPEN_STATUSES, ListKey, TaskList, TaskListEntry, key_of
 from starter.services.task_models import TaskRef
 from starter.services.task_queries import TaskFilter, TaskPage, TaskSummary, is_pending
@@ -29,7 +28,7 @@ CHECKS_AT_ONCE = 16
 
 async def list_tasks(
     client: Client,
-    db: Database,
+    task_list: TaskList,
     settings: Settings,
     flt: TaskFilter,
     limit: int = 50,
@@ -45,9 +44,9 @@ async def list_tasks(
         "prefix": settings.prefix,
     }
     if flt.status in ("pending", "running"):
-        return await _open_tasks(client, db, flt.status, scope, limit, after)
+        return await _open_tasks(client, task_list, flt.status, scope, limit, after)
     statuses = (flt.status,) if flt.status else ()
-    rows, more = await TaskList(db).page(statuses=statuses, after=after, limit=limit, **scope)
+    rows, more = await task_list.page(statuses=statuses, after=after, limit=limit, **scope)
     return TaskPage(
         items=[summary_of(r) for r in rows], next_cursor=key_of(rows[-1]).encode() if more else None
     )
@@ -55,7 +54,7 @@ async def list_tasks(
 
 async def _open_tasks(
     client: Client,
-    db: Database,
+    task_list: TaskList,
     wanted: str,
     scope: dict[str, Any],
     limit: int,
@@ -74,7 +73,7 @@ async def _open_tasks(
     items: list[TaskSummary] = []
     budget = max(MIN_OPEN_ROWS_CHECKED, 2 * limit)
     while True:
-        rows, more = await TaskList(db).page(statuses=statuses, after=after, limit=limit, **scope)
+        rows, more = await task_list.page(statuses=statuses, after=after, limit=limit, **scope)
         verdicts = iter(await asyncio.gather(*(check(r) for r in rows if r.status == "running")))
         for i, row in enumerate(rows):
             status = next(verdicts) if row.status == "running" else row.status
@@ -123,14 +122,17 @@ def summary_of(row: TaskListEntry, status: str | None = None) -> TaskSummary:
 
 
 async def list_started(
-    db: Database | None, ref: TaskRef, document_id: str | None = None, owner: str | None = None
+    task_list: TaskList | None,
+    ref: TaskRef,
+    document_id: str | None = None,
+    owner: str | None = None,
 ) -> None:
     """List a run the service just started as pending (with a database). A failure costs
     only that: the run goes on, and its first event lists it."""
-    if db is None or ref.run_id is None:
+    if task_list is None or ref.run_id is None:
         return
     try:
-        await TaskList(db).seed(
+        await task_list.seed(
             task_id=ref.task_id,
             run_id=ref.run_id,
             task_type=ref.task_type.value,

@@ -35,7 +35,7 @@ from knowledgeops.contracts.base import OWNER_MEMO, PROGRESS_MEMO
 from knowledgeops.contracts.events import RETRY_OF_MEMO
 from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.database import Database
-from knowledgeops.db.task_list import ListKey
+from knowledgeops.db.task_list import ListKey, TaskList
 from knowledgeops.errors import failure_text, validation_text
 from knowledgeops.registry.task_types import (
     DOCUMENT_ID_SEARCH_ATTRIBUTE,
@@ -86,6 +86,9 @@ class TaskQueueService:
         self.client = client
         self.settings = settings
         self.db = db
+        # Built once: a store prepares its statements when built (the task list's upsert).
+        self.task_list = TaskList(db) if db is not None else None
+        self.audit_log = AuditLog(db) if db is not None else None
         # Task-list writes of runs started here, in flight (see _list_started).
         self._listing: set[asyncio.Task[None]] = set()
 
@@ -233,13 +236,13 @@ class TaskQueueService:
     ) -> tq.TaskPage:
         """Tasks newest first, filtered by type, status and start time; `after`: the previous
         page's `next_cursor` (ListKey.decode)."""
-        if self.db is None:
+        if self.task_list is None:
             raise RuntimeError(
                 "Listing tasks reads the task list in the app database: build "
                 "TaskQueueService with a Database"
             )
         await self.listed()
-        return await list_tasks(self.client, self.db, self.settings, flt, limit, after)
+        return await list_tasks(self.client, self.task_list, self.settings, flt, limit, after)
 
     async def describe(self, task_id: str) -> tq.TaskDetail:
         """Status, input summary, every activity attempt, all runs, last checkpoint."""
@@ -314,7 +317,9 @@ class TaskQueueService:
         """List a run started here as pending, off the caller's path: awaited, that SQLite
         write in every upload cut bench.small_docs from 22.3 to 18.9 documents/s (uploads
         waited on the database's one writer, busy with the worker's event writes)."""
-        task = asyncio.create_task(list_started(self.db, ref, document_id=document_id, owner=owner))
+        task = asyncio.create_task(
+            list_started(self.task_list, ref, document_id=document_id, owner=owner)
+        )
         self._listing.add(task)
         task.add_done_callback(self._listing.discard)
 
@@ -344,8 +349,8 @@ class TaskQueueService:
         details: dict[str, Any] | None = None,
     ) -> None:
         """Record a manual action in the audit log (when this service has a database)."""
-        if self.db is not None:
-            await AuditLog(self.db).record(actor, action, task_ids, reason, outcome, details)
+        if self.audit_log is not None:
+            await self.audit_log.record(actor, action, task_ids, reason, outcome, details)
 
     async def handle(self, task_id: str) -> WorkflowHandle[Any, Any]:
         """The Temporal handle of one of this system's tasks (else TaskNotFoundError), for what

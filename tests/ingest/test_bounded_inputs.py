@@ -132,6 +132,7 @@ async def test_event_cursors_and_admin_cursor_out_of_range_are_4xx(settings: Set
 
 async def test_bulk_action_skips_a_missing_task_and_is_audited(settings: Settings) -> None:
     from knowledgeops.db.database import Database
+    from knowledgeops.db.task_list import TaskList
     from starter.services.task_listing import list_started
     from starter.services.task_models import TaskRef
 
@@ -147,7 +148,7 @@ async def test_bulk_action_skips_a_missing_task_and_is_audited(settings: Setting
         db = await Database.open(settings)
         try:
             ref = TaskRef(task_id=gone, run_id="run-gone", task_type=TaskType.DOCUMENT_IMPORT)
-            await list_started(db, ref)
+            await list_started(TaskList(db), ref)
         finally:
             await db.close()
 
