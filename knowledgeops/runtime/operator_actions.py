@@ -61,7 +61,6 @@ class OperatorActions:
     def __init__(self, client: Client, settings: Settings, db: Database) -> None:
         self.client = client
         self.settings = settings
-        self.db = db
         self.events = EventStore(db)
         self.audit = AuditLog(db)
         self._since: datetime | None = None

@@ -82,7 +82,6 @@ class WebhookDispatcher:
         poll_seconds: float = 0.5,
         first_backoff: float = 1.0,
     ) -> None:
-        self.db = db
         self.cursors = WebhookCursors(db)
         self.events = EventStore(db)
         self.urls = urls
