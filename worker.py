@@ -43,6 +43,7 @@ from knowledgeops.registry.task_types import (
     pool_queues,
 )
 from knowledgeops.runtime.operator_actions import OperatorActions
+from knowledgeops.runtime.outages import OutageInterceptor
 from knowledgeops.runtime.resources import Resources, open_resources
 from knowledgeops.runtime.schedules import ensure_schedules
 from knowledgeops.runtime.temporal import connect, ensure_search_attributes
@@ -135,6 +136,7 @@ def build_workers(
     client: Client, resources: Resources, pools: Sequence[Pool] = tuple(Pool)
 ) -> Sequence[Worker]:
     """One worker per task queue of `pools` that has task types."""
+    outages = OutageInterceptor(timedelta(seconds=resources.settings.outage_wait_seconds))
     return [
         Worker(
             client,
@@ -148,6 +150,8 @@ def build_workers(
             graceful_shutdown_timeout=timedelta(
                 seconds=resources.settings.worker_shutdown_grace_seconds
             ),
+            # An unreachable service is waited out, not failed on (knowledgeops/runtime/outages.py).
+            interceptors=[outages],
         )
         for queue, plan in plan_queues(resources, pools).items()
     ]

@@ -27,7 +27,7 @@ def resume_from(fresh: C, valid: Callable[[C], bool] = lambda _: True) -> C:
     """The checkpoint of the previous attempt's last heartbeat, or `fresh`. Heartbeat details
     come back as plain dicts: validated before they are trusted."""
     details = activity.info().heartbeat_details
-    if not details:
+    if not details or details[0] is None:  # None: an outage record came, no checkpoint yet
         return fresh
     try:
         checkpoint = type(fresh).model_validate(details[0])

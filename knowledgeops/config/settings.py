@@ -25,6 +25,7 @@ from knowledgeops.config.values import (
     split_urls,
     webhook_key,
 )
+from knowledgeops.registry.spec import OUTAGE_WAIT_LIMIT
 
 
 class Settings(BaseSettings):
@@ -119,6 +120,11 @@ class Settings(BaseSettings):
     # on another worker, which resumes from it (a deploy loses no work).
     worker_shutdown_grace_seconds: float = Field(
         default=5.0, ge=0, le=3600, alias="WORKER_SHUTDOWN_GRACE_SECONDS"
+    )
+    # How long a task waits out an unreachable object store, database or Qdrant server (checkpoint
+    # kept) before failing with the service's name (knowledgeops/runtime/outages.py).
+    outage_wait_seconds: float = Field(
+        default=1800, ge=0, le=OUTAGE_WAIT_LIMIT.total_seconds(), alias="OUTAGE_WAIT_SECONDS"
     )
     # Imports of files up to this size run at a higher Temporal priority (fair scheduling).
     small_document_bytes: int = Field(default=32 * 1024, ge=0, alias="SMALL_DOCUMENT_BYTES")

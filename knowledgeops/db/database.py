@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, event, func, select
+from sqlalchemy import exc as exc_sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -136,3 +137,48 @@ async def open_prepared(settings: Settings) -> Database:
     (`prepare_schema`: SQLite migrated, a server's only checked), then opened."""
     await prepare_schema(settings)
     return await Database.open(settings, migrate=False)
+
+
+# Libraries whose frames in a traceback mean the error came from reaching the database: a
+# refused connection surfaces as a bare ConnectionRefusedError raised inside asyncpg.
+_DRIVERS = ("asyncpg", "sqlalchemy", "aiosqlite")
+DATABASE_ERRORS: tuple[type[Exception], ...] = (exc_sa.SQLAlchemyError,)
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether the application database did not answer (down, restarting, connection lost,
+    SQLite locked past its timeout): an outage to wait out, not a bad statement."""
+    if isinstance(exc, exc_sa.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, exc_sa.OperationalError | exc_sa.InterfaceError):
+        if exc.orig is not None and type(exc.orig).__module__.startswith("sqlite3"):
+            return "database is locked" in str(exc.orig)  # other SQLite errors are ours
+        return True
+    if isinstance(exc, exc_sa.TimeoutError | exc_sa.DisconnectionError):
+        return True  # no pooled connection freed in time / a dropped one
+    if isinstance(exc, ConnectionError | TimeoutError) or _postgres_unavailable(exc):
+        return _raised_in(exc, _DRIVERS)
+    return False
+
+
+def _postgres_unavailable(exc: BaseException) -> bool:
+    # "the database system is starting up / shutting down", a connection killed by a restart.
+    name = type(exc).__name__
+    return type(exc).__module__.startswith("asyncpg") and name in {
+        "CannotConnectNowError",
+        "ConnectionDoesNotExistError",
+        "AdminShutdownError",
+        "ConnectionFailureError",
+        "ConnectionRejectionError",
+        "InternalClientError",
+    }
+
+
+def _raised_in(exc: BaseException, prefixes: tuple[str, ...]) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.startswith(prefixes):
+            return True
+        tb = tb.tb_next
+    return False

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from knowledgeops.index.engine import (
     INDEXED_FIELDS,
@@ -60,6 +62,19 @@ def server_filter(f: PointFilter | None) -> models.Filter:
         must.append(field("owner", models.MatchValue(value=f.owner)))
     must.extend(field("tags", models.MatchValue(value=t)) for t in f.tags)
     return models.Filter(must=must or None, must_not=must_not or None)
+
+
+QDRANT_ERRORS: tuple[type[Exception], ...] = (ResponseHandlingException, UnexpectedResponse)
+
+
+def qdrant_unreachable(exc: BaseException) -> bool:
+    """Whether the Qdrant server did not answer (or answered that it cannot, 502-504): an
+    outage to wait out. qdrant-client wraps the transport's error."""
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code in (502, 503, 504)
+    if isinstance(exc, ResponseHandlingException):
+        exc = exc.source
+    return isinstance(exc, httpx.TransportError)
 
 
 def _dense_of(vector: Any) -> list[float] | None:

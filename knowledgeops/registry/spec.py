@@ -179,12 +179,23 @@ def task_search_attributes(
     return TypedSearchAttributes(pairs)
 
 
+# Outages: an attempt failed by an unreachable service (object store, database, Qdrant server)
+# is retried after a back-off doubling from 1 s up to OUTAGE_MAX_DELAY, for as long as the
+# worker's OUTAGE_WAIT_SECONDS allows (at most OUTAGE_WAIT_LIMIT); knowledgeops/runtime/
+# outages.py decides. Every policy gets that many attempts on top of its own, so an outage
+# never spends the attempts declared for other failures (model errors keep their bounds).
+OUTAGE_MAX_DELAY = timedelta(seconds=30)
+OUTAGE_WAIT_LIMIT = timedelta(hours=2)
+OUTAGE_ATTEMPTS = int(OUTAGE_WAIT_LIMIT / OUTAGE_MAX_DELAY) + 10
+
+
 def retry(attempts: int, *, initial: float = 1.0, maximum: float = 60.0) -> RetryPolicy:
+    """`attempts` for ordinary failures, plus the headroom outages may use (bounded too)."""
     return RetryPolicy(
         initial_interval=timedelta(seconds=initial),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=maximum),
-        maximum_attempts=attempts,
+        maximum_attempts=attempts + OUTAGE_ATTEMPTS,
     )
 
 

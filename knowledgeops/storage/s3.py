@@ -48,6 +48,11 @@ _PROBE_CLIENT: ClientConfig = {"connect_timeout": timedelta(seconds=5), "timeout
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]{2,62}")  # S3 rules, plus legacy "_"
 _REFUSED_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "403 Forbidden")
 _UNREACHABLE = ("error sending request", "Connect", "dns error", "timed out")
+_SERVER_FAULTS = ("500 Internal", "502 Bad", "503 Service", "504 Gateway", "SlowDown")
+# obstore's default retries a call for up to 3 minutes, unseen: give up sooner and let the
+# outage handling (knowledgeops/runtime/outages.py) wait, with the task's checkpoint kept
+# and its wait visible, instead of a step silently blocked.
+_STORE_RETRY: RetryConfig = {"max_retries": 5, "retry_timeout": timedelta(seconds=20)}
 
 
 def _let_tokio_finish() -> None:
@@ -132,7 +137,11 @@ class S3Store(Store):
         client: ClientConfig = {"allow_http": self.endpoint.startswith("http://")}
         try:
             self._store = obstore.store.S3Store(
-                self.bucket, prefix=self.prefix or None, config=config, client_options=client
+                self.bucket,
+                prefix=self.prefix or None,
+                config=config,
+                client_options=client,
+                retry_config=_STORE_RETRY,
             )
             # A second client for check(): same settings, but it gives up within seconds.
             self._probe = obstore.store.S3Store(
@@ -297,6 +306,18 @@ class S3Store(Store):
         if self._secret:
             text = text.replace(self._secret, "***")
         return text[:400]
+
+
+OBJECT_STORE_ERRORS: tuple[type[Exception], ...] = (BaseError,)
+
+
+def object_store_unreachable(exc: BaseException) -> bool:
+    """Whether obstore gave up on the server itself (no answer, or a 5xx after its retries), as
+    opposed to refusing a setting or missing a key: an outage to wait out, not a bug."""
+    if not isinstance(exc, BaseError) or isinstance(exc, FileNotFoundError) or _refused(exc):
+        return False
+    text = str(exc).split("\n\nDebug source:")[0]
+    return any(s in text for s in (*_UNREACHABLE, *_SERVER_FAULTS))
 
 
 def _refused(exc: BaseException) -> bool:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
@@ -15,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
-from knowledgeops.errors import validation_text
+from knowledgeops.errors import failure_text, validation_text
+from knowledgeops.runtime.outages import OUTAGE_ERROR_TYPES, unreachable_service
 from knowledgeops.runtime.temporal import is_unreachable
 from starter.services.admission import BacklogFullError
 from starter.services.document_chunks import ChunksNotPublishedError
@@ -32,7 +34,10 @@ from starter.services.task_models import (
     TaskNotRetryableError,
 )
 
+log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
+# Seconds a client waits before retrying a request refused by an outage (a 503).
+OUTAGE_RETRY_AFTER = 5
 PROBLEM_SCHEMA_REF = "#/components/schemas/Problem"
 
 
@@ -156,6 +161,23 @@ def install_error_handlers(app: FastAPI) -> None:
             "answered now. Search and the document list still work. Retry shortly.",
             {"Retry-After": "5"},
         )
+
+    async def _outage(_: Request, e: Exception) -> JSONResponse:
+        service = unreachable_service(e)
+        if service is None:
+            raise e  # not an outage: a 500 (below), its traceback in the log
+        log.warning("answering 503: the %s is unreachable: %s", service, failure_text(e))
+        return error_response(
+            503,
+            "service_unavailable",
+            f"The {service} is unreachable, so this request cannot be answered now; nothing "
+            "was changed. Retry after a few seconds.",
+            {"Retry-After": str(OUTAGE_RETRY_AFTER)},
+            extensions={"service": service},
+        )
+
+    for exc_type in OUTAGE_ERROR_TYPES:
+        app.add_exception_handler(exc_type, _outage)
 
     @app.exception_handler(BacklogFullError)
     async def _backlog_full(_: Request, e: BacklogFullError) -> JSONResponse:

