@@ -1,0 +1,151 @@
+"""Search latency through the HTTP API at a fixed size, beside the index's own time for the
+same queries: how much the API adds to what the engine costs.
+
+    .venv/bin/python -m bench.search_latency --docs 20 --paragraphs 500
+
+Documents (generated, half owned by `alice`) are imported through the system with an instant
+embedding server; then 80 varied hybrid queries (2 to 4 words, seeded) go to
+`GET /v1/search?k=10`, unscoped and owner-scoped, one at a time after a warm-up. The reference:
+the worker stopped, the same index opened in this process, the same queries through
+`VectorIndex.search` with each query's vector made beforehand (the engine's dense and BM25
+queries, their fusion and the hits' payloads: no HTTP, no embedding call, no catalogue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.common import _WORDS, bench_settings, temporal_server, worker_process, write_corpus
+from knowledgeops.config.settings import Settings
+from knowledgeops.contracts.document_import import DocumentMetadata
+from knowledgeops.db.database import Database
+from knowledgeops.index.live import live_index
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.points import Scope
+from knowledgeops.models.embedding import make_embedder
+from knowledgeops.runtime.temporal import connect
+from starter.services.documents import DocumentService
+from starter.services.tasks import TaskQueueService
+from tests.helpers.fake_openai import FakeOpenAI
+
+WARM_UP = 10
+
+
+def queries(n: int, seed: int = 5) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(_WORDS, rng.randint(2, 4))) for _ in range(n)]
+
+
+def percentiles(ms: list[float]) -> tuple[float, float]:
+    ordered = sorted(ms)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
+async def import_all(settings: Settings, files: list[Path]) -> int:
+    service = TaskQueueService(await connect(settings), settings)
+    db = await Database.open(settings)
+    try:
+        documents = DocumentService(service, db, settings)
+        refs = [
+            await documents.import_file(
+                p, metadata=DocumentMetadata(owner="alice" if i % 2 == 0 else "bob")
+            )
+            for i, p in enumerate(files)
+        ]
+        statuses = await asyncio.gather(*(service.wait(r.task_id) for r in refs))
+        failed = [s for s in statuses if s.status != "completed"]
+        if failed:
+            raise SystemExit(f"{len(failed)} imports failed: {failed[0].last_error}")
+        return sum((s.result or {}).get("total_chunks", 0) for s in statuses)
+    finally:
+        await db.close()
+
+
+async def through_api(settings: Settings, texts: list[str], owner: str | None) -> list[float]:
+    base = f"http://127.0.0.1:{settings.api_port}"
+    times: list[float] = []
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        for i, q in enumerate([*texts[:WARM_UP], *texts]):
+            params: dict[str, str | int] = {"q": q, "k": 10}
+            if owner:
+                params["owner"] = owner
+            t = time.perf_counter()
+            r = await http.get("/v1/search", params=params)
+            elapsed = (time.perf_counter() - t) * 1000
+            r.raise_for_status()
+            if i >= WARM_UP:
+                times.append(elapsed)
+    return times
+
+
+async def engine_alone(settings: Settings, texts: list[str], owner: str | None) -> list[float]:
+    index = open_index(settings)
+    embedder = make_embedder(settings)
+    try:
+        live = await live_index(index, embedder.model_id)
+        vectors = await embedder.embed(texts)
+        scope = Scope(owner=owner)
+        times: list[float] = []
+        pairs = list(zip(texts, vectors, strict=True))
+        for i, (q, v) in enumerate([*pairs[:WARM_UP], *pairs]):
+            t = time.perf_counter()
+            await index.search(live.collection, 10, vector=v, text=q, scope=scope)
+            if i >= WARM_UP:
+                times.append((time.perf_counter() - t) * 1000)
+        return times
+    finally:
+        index.close()
+        await embedder.aclose()
+
+
+def report(label: str, api: list[float], engine: list[float]) -> None:
+    a50, a95 = percentiles(api)
+    e50, e95 = percentiles(engine)
+    print(f"API {label}: p50 {a50:.1f} ms, p95 {a95:.1f} ms ({len(api)} queries)")
+    print(
+        f"engine {label}: p50 {e50:.1f} ms, p95 {e95:.1f} ms; API / engine at p95: {a95 / e95:.2f}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--docs", type=int, default=20)
+    ap.add_argument("--paragraphs", type=int, default=500, help="per document (~1 chunk each)")
+    ap.add_argument("--queries", type=int, default=80)
+    args = ap.parse_args()
+    fake = FakeOpenAI(dim=512).start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ko-bench-search-") as tmp:
+            work = Path(tmp)
+            files = write_corpus(work / "corpus", args.docs, args.paragraphs)
+            texts = queries(args.queries)
+            with temporal_server(work) as server:
+                settings = bench_settings(
+                    work / "data",
+                    server.address,
+                    EMBEDDING_PROVIDER="openai",
+                    EMBEDDING_MODEL="fake-embed",
+                    OPENAI_BASE_URL=fake.base_url,
+                    OPENAI_API_KEY=fake.api_key,
+                )
+                with worker_process(settings, work / "worker.log"):
+                    chunks = asyncio.run(import_all(settings, files))
+                    print(f"index: {args.docs} documents, {chunks} chunks")
+                    api = {o: asyncio.run(through_api(settings, texts, o)) for o in (None, "alice")}
+                engine = {o: asyncio.run(engine_alone(settings, texts, o)) for o in (None, "alice")}
+            report("hybrid", api[None], engine[None])
+            report("hybrid, owner-scoped", api["alice"], engine["alice"])
+    finally:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
