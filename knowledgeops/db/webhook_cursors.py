@@ -1,5 +1,6 @@
 """Per webhook URL, the last event `seq` delivered or given up (delivery resumes after it
-after a restart), and the dead deliveries: events given up for a URL, with their last error."""
+after a restart), and the dead deliveries: events given up for a URL, with their last error.
+Writes may be fenced by a lease (`fenced_by`): they happen only while it is held."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from knowledgeops.contracts.events import StoredEvent
+from knowledgeops.db.leases import Lease, fence
 from knowledgeops.db.sql import Base, now
 
 if TYPE_CHECKING:
@@ -49,8 +51,11 @@ class WebhookCursors:
             row = await s.get(WebhookCursorRow, url)
             return row.last_seq if row else 0
 
-    async def set(self, url: str, seq: int) -> None:
+    async def set(self, url: str, seq: int, *, fenced_by: Lease | None = None) -> None:
+        """LeaseLost, and nothing written, if `fenced_by` is no longer held."""
         async with self.db.write() as s:
+            if fenced_by is not None:
+                await fence(s, fenced_by)
             await self._set(s, url, seq)
 
     async def give_up(
@@ -62,11 +67,15 @@ class WebhookCursors:
         last_status: int | None,
         last_error: str,
         first_attempt_at: datetime,
+        fenced_by: Lease | None = None,
     ) -> None:
         """Record `ev` as dead for `url` and move the cursor past it, in one transaction (a
         crash in between can neither lose the record nor retry a recorded event); recording
-        the same event again changes nothing."""
+        the same event again changes nothing. LeaseLost, and nothing written, if `fenced_by`
+        is no longer held."""
         async with self.db.write() as s:
+            if fenced_by is not None:
+                await fence(s, fenced_by)
             await s.execute(
                 self.db.insert(WebhookDeadRow)
                 .values(

@@ -12,6 +12,13 @@ event is recorded as dead with its last error (GET /v1/admin/webhooks/dead) in t
 that moves the cursor, so one event a receiver always refuses cannot hold back the ones after
 it, and a restart resumes where delivery stopped. Any error of one URL's loop (network,
 database, a bug) is logged and retried with backoff: it never ends the process serving the API.
+
+Every process serving the API runs a dispatcher, but only the one holding the database lease
+"webhook-delivery" delivers (starter/services/webhook_lease.py); each cursor write is fenced by
+that lease in its transaction, so a process that lost it cannot move a cursor any more. An
+event in flight when its holder dies or loses the lease (sent, its cursor write not committed)
+is sent again by the process taking over, one event per URL at most: receivers dedupe by
+`webhook-id`.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.events import StoredEvent
 from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
+from knowledgeops.db.leases import LeaseLost, Leases
 from knowledgeops.db.webhook_cursors import WebhookCursors
+from starter.services.webhook_lease import LEASE_NAME, LEASE_SECONDS, LeaseKeeper
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
@@ -81,6 +90,7 @@ class WebhookDispatcher:
         max_age: timedelta = timedelta(days=1),
         poll_seconds: float = 0.5,
         first_backoff: float = 1.0,
+        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
         self.cursors = WebhookCursors(db)
         self.events = EventStore(db)
@@ -90,6 +100,7 @@ class WebhookDispatcher:
         self.max_age = max_age
         self.poll_seconds = poll_seconds
         self.first_backoff = first_backoff
+        self.keeper = LeaseKeeper(Leases(db), LEASE_NAME, lease_seconds)
 
     @classmethod
     def from_settings(cls, db: Database, settings: Settings) -> WebhookDispatcher | None:
@@ -106,21 +117,28 @@ class WebhookDispatcher:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Deliver until `stop`; returns promptly then, even mid-request."""
+        """Deliver while this process holds the lease, until `stop`; returns promptly then,
+        even mid-request, having released the lease."""
         async with httpx.AsyncClient(timeout=10) as http:
-            loops = [asyncio.create_task(self._deliver(http, url)) for url in self.urls]
-            try:
-                await stop.wait()
-            finally:
-                for loop in loops:
-                    loop.cancel()
-                await asyncio.gather(*loops, return_exceptions=True)
+            await self.keeper.run(stop, lambda: self._deliver_all(http))
+
+    async def _deliver_all(self, http: httpx.AsyncClient) -> None:
+        """Every URL's loop, until cancelled or one finds the lease lost (LeaseLost)."""
+        try:
+            async with asyncio.TaskGroup() as loops:
+                for url in self.urls:
+                    loops.create_task(self._deliver(http, url))
+        except* LeaseLost as lost:
+            raise lost.exceptions[0] from None
 
     async def _deliver(self, http: httpx.AsyncClient, url: str) -> None:
+        # Fresh at every hold: the cursor is read again, as the last holder left it.
         state = _Url(url, self.first_backoff)
         while True:
             try:
                 outcome = await self._step(http, state)
+            except LeaseLost:
+                raise  # not this URL's problem: delivery stops until the lease is held again
             except Exception as e:
                 # Whatever it is (database, a bug), it is this URL's problem, not the process's.
                 log.exception(
@@ -143,7 +161,7 @@ class WebhookDispatcher:
         for ev in events:
             attempt = await self.post(http, state.url, ev)
             if attempt.ok:
-                await self.cursors.set(state.url, ev.seq)
+                await self.cursors.set(state.url, ev.seq, fenced_by=self.keeper.lease)
             else:
                 failing = state.failing
                 if failing is None or failing.seq != ev.seq:
@@ -166,6 +184,7 @@ class WebhookDispatcher:
                     last_status=attempt.status,
                     last_error=attempt.error,
                     first_attempt_at=failing.since,
+                    fenced_by=self.keeper.lease,
                 )
                 log.error(
                     "webhook %s: gave up event %s after %d attempt(s) (%s); recorded as dead",
