@@ -24,6 +24,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from knowledgeops.backup.database_dump import DumpToolMissingError, check_dump_tools
 from knowledgeops.backup.export import backup_store
 from knowledgeops.config.loading import load_settings
 from knowledgeops.config.settings import Settings
@@ -245,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Before anything starts (Temporal, schedules): a schema this version cannot use stops it.
         asyncio.run(prepare_schema(settings))
+        if Pool.MAINTENANCE in pools:
+            # Its backups run pg_dump / pg_restore: a missing or too old one stops start-up,
+            # not every night's backup.
+            asyncio.run(check_dump_tools(settings))
         return until_signal(
             lambda stop: run_worker(
                 settings,
@@ -260,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             )
         )
-    except SchemaNotAtHeadError as e:
-        # One line saying what to run, not a log record: nothing has started.
+    except (SchemaNotAtHeadError, DumpToolMissingError) as e:
+        # One line saying what to do, not a log record: nothing has started.
         print(f"error: {e}", file=sys.stderr)
         return 1
     except (RuntimeError, ConnectionError) as e:

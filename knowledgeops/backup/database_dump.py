@@ -6,21 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 from typing import Literal
 
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from knowledgeops.config.settings import Settings
+from knowledgeops.db.database import Database
 
 DatabaseKind = Literal["sqlite", "postgresql"]
 FILE_NAMES: dict[DatabaseKind, str] = {"sqlite": "app.db", "postgresql": "app.pgdump"}
 
 
 class DumpToolMissingError(RuntimeError):
-    """pg_dump / pg_restore is not installed: no retry can help."""
+    """pg_dump / pg_restore is not installed, or older than the server: no retry can help."""
 
 
 class DumpFailedError(RuntimeError):
@@ -94,6 +97,77 @@ async def _pg_tool(tool: str, *args: str, settings: Settings) -> None:
         raise
     if proc.returncode != 0:
         raise DumpFailedError(f"{tool} exited {proc.returncode}: {err.decode()[-2000:].strip()}")
+
+
+async def check_dump_tools(settings: Settings) -> None:
+    """On PostgreSQL, DumpToolMissingError (one line) unless pg_dump and pg_restore are on PATH
+    with a major version at least the server's: pg_dump refuses a newer server, so the
+    maintenance pool's backups would fail every night. SQLite needs neither."""
+    if make_url(settings.resolved_database_url).get_backend_name() != "postgresql":
+        return
+    db = await Database.open(settings, migrate=False)
+    try:
+        async with db.sessions() as s:
+            server = _major(int((await s.execute(text("SHOW server_version_num"))).scalar_one()))
+    finally:
+        await db.close()
+    need = _label(server)
+    missing, old = [], []
+    for tool in ("pg_dump", "pg_restore"):
+        exe = shutil.which(tool)
+        if exe is None:
+            missing.append(tool)
+        elif (major := await _tool_major(exe, settings)) < server:
+            old.append(f"{tool} {_label(major)}")
+    problems = []
+    if missing:
+        problems.append(f"{' and '.join(missing)} {_is(missing)} not installed (not on PATH)")
+    if old:
+        problems.append(f"{' and '.join(old)} {_is(old)} older than the PostgreSQL server ({need})")
+    if problems:
+        raise DumpToolMissingError(
+            f"{' and '.join(problems)}: install postgresql-client-{need} or newer (Debian, "
+            f"Ubuntu), or put a pg_dump and pg_restore of major {need} or newer first on PATH; "
+            "the maintenance pool's backups run them"
+        )
+
+
+def _is(names: list[str]) -> str:
+    return "is" if len(names) == 1 else "are"
+
+
+# A major version: (16,) from 10 on, (9, 6) before (when the major had two parts).
+Major = tuple[int, ...]
+
+
+def _major(version_num: int) -> Major:
+    """From server_version_num's form: 160006 -> (16,), 90624 -> (9, 6)."""
+    return (version_num // 10000,) if version_num >= 100000 else divmod(version_num // 100, 100)
+
+
+def _label(major: Major) -> str:
+    return ".".join(map(str, major))
+
+
+async def _tool_major(exe: str, settings: Settings) -> Major:
+    """`exe --version`'s major ("pg_dump (PostgreSQL) 17.2 (Debian 17.2-1)" -> (17,)), run as
+    a dump runs it: Debian's wrapper picks the version by the environment."""
+    proc = await asyncio.create_subprocess_exec(
+        exe,
+        "--version",
+        env=_pg_env(settings),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out = (await proc.communicate())[0].decode(errors="replace").strip()
+    found = re.search(r"\(PostgreSQL\)\s+(\d+)(?:\.(\d+))?", out)
+    if proc.returncode != 0 or found is None:
+        raise DumpToolMissingError(
+            f"{exe} --version did not report a PostgreSQL version (exit {proc.returncode}: "
+            f"{out[-200:]!r}); install the PostgreSQL client tools (postgresql-client)"
+        )
+    first = int(found[1])
+    return (first,) if first >= 10 else (first, int(found[2] or 0))
 
 
 def _publish(tmp: Path, target: Path) -> None:

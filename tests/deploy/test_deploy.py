@@ -1,19 +1,25 @@
 """The compose stack and the image, checked as far as a machine with no Docker engine can:
 every service the application needs, versions pinned, nothing published beyond loopback, no
 password in the files, every variable documented, every application setting a real one, the
-search attributes registered, a non-root image with its dependencies in their own layer; and
-`docker-compose config` when the tool is installed."""
+search attributes registered, a non-root image with its dependencies in their own layer,
+installed from requirements.lock (every runtime dependency pinned, each file's hash checked);
+and `docker-compose config` when the tool is installed."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.registry.task_types import SEARCH_ATTRIBUTES, Pool
@@ -88,13 +94,58 @@ def test_the_image_is_non_root_with_dependencies_in_their_own_layer() -> None:
     lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.strip()]
     text = "\n".join(lines)
     assert re.search(r"^USER (?!root)\w+", text, re.M)
-    deps = next(i for i, line in enumerate(lines) if "requirements.txt" in line)
+    deps = next(i for i, line in enumerate(lines) if "-r requirements.lock" in line)
     code = next(i for i, line in enumerate(lines) if line.startswith("COPY knowledgeops"))
     assert deps < code, "dependencies must be installed before the code is copied"
     for pool in Pool:
         command = _compose()["services"][f"worker-{pool.value}"]["command"]
         assert "pip install" not in " ".join(command)
         assert command[-2:] == ["--pool", pool.value]
+
+
+def test_the_image_installs_the_lock_with_its_hashes_checked() -> None:
+    runs = " ".join((ROOT / "Dockerfile").read_text().replace("\\\n", " ").split())
+    assert "pip install --require-hashes --no-deps -r requirements.lock" in runs
+    assert "pip install --no-deps ." in runs  # the application itself: nothing unlocked
+
+
+def _locked() -> dict[str, tuple[Version, list[str]]]:
+    """requirements.lock: name -> (pinned version, hashes)."""
+    lines = (ROOT / "requirements.lock").read_text().splitlines()
+    entries = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    found: dict[str, tuple[Version, list[str]]] = {}
+    for entry in entries.replace("\\\n", " ").splitlines():
+        if entry.strip():
+            spec, *hashes = entry.split(" --hash=")
+            req = Requirement(spec)
+            [pin] = req.specifier
+            assert pin.operator == "==", f"{entry.strip()[:60]}: not an exact pin"
+            found[canonicalize_name(req.name)] = (Version(pin.version), [h.strip() for h in hashes])
+    return found
+
+
+def test_the_lock_pins_every_runtime_dependency_with_hashes() -> None:
+    # Regenerate with deploy/lock-requirements.sh after changing pyproject's dependencies.
+    locked = _locked()
+    for name, (_, hashes) in locked.items():
+        assert hashes, f"{name} has no hash in requirements.lock"
+        assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wanted = [Requirement(r) for r in pyproject["project"]["dependencies"]]
+    for req in list(wanted):
+        # An extra's requirements (sqlalchemy[asyncio] -> greenlet), as the installed package
+        # declares them.
+        for extra in req.extras:
+            for declared in map(Requirement, metadata.requires(req.name) or []):
+                if declared.marker and declared.marker.evaluate({"extra": extra}):
+                    wanted.append(declared)
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in locked, f"{req} is not in requirements.lock: deploy/lock-requirements.sh"
+        assert req.specifier.contains(locked[name][0], prereleases=True), (
+            f"requirements.lock pins {name}=={locked[name][0]}, outside {req}: "
+            "deploy/lock-requirements.sh"
+        )
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
