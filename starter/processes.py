@@ -15,6 +15,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ WORKER_READY_SECONDS = 180.0
 # A dev server that dies is restarted, unless it died this often this recently (a crash loop).
 RESTARTS_ALLOWED = 3
 RESTART_WINDOW = 300.0
+# `knowledgeops worker`: how long past WORKER_SHUTDOWN_GRACE_SECONDS its worker process may take
+# to stop after SIGTERM (closing the workers, the parser and model processes) before it is
+# killed. docker-compose.yml's stop_grace_period (60 s) covers the default 5 + 25 s.
+WORKER_STOP_MARGIN = 25.0
 
 
 def configure_logging(settings: Settings) -> None:
@@ -110,10 +115,73 @@ def worker_command(*args: str) -> list[str]:
 
 
 def run_worker(settings: Settings, *args: str) -> int:
-    """`knowledgeops worker`: the worker process in the foreground."""
+    """`knowledgeops worker`: the worker process in the foreground, as this process's child.
+    SIGTERM and SIGINT are passed on to it and it is given its grace period to drain
+    (WORKER_SHUTDOWN_GRACE_SECONDS + WORKER_STOP_MARGIN): in a container this launcher is
+    PID 1, the only process `docker stop` signals."""
     if "--no-api" not in args and not settings.qdrant_url:
         check_exposure(settings)
-    return subprocess.call(worker_command(*args), env=_child_env(settings))
+    grace = settings.worker_shutdown_grace_seconds + WORKER_STOP_MARGIN
+    return run_forwarding_signals(worker_command(*args), _child_env(settings), grace)
+
+
+def run_forwarding_signals(command: Sequence[str], env: dict[str, str], grace: float) -> int:
+    """Run `command` until it exits; SIGTERM / SIGINT here are passed on to it, and it is
+    killed if still running `grace` seconds after the first. Its exit code: 128 + N when
+    killed by signal N (the shell's convention); 130 for a Ctrl-C it stopped on cleanly."""
+    child: subprocess.Popen[bytes] | None = None
+    received: list[int] = []
+    overdue: list[threading.Timer] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if child is None:
+            return  # not started yet: passed on right after the start, below
+        name = signal.Signals(signum).name
+        # send_signal skips a child already reaped, so a late signal never hits a reused pid.
+        child.send_signal(signum)
+        if not overdue:
+            print(
+                f"{name}: stopping the worker process (pid {child.pid}); running activities "
+                f"get up to {grace:.0f} s to finish",
+                file=sys.stderr,
+                flush=True,
+            )
+            timer = threading.Timer(grace, _kill_overdue, (child, name, grace))
+            timer.daemon = True
+            overdue.append(timer)
+            timer.start()
+
+    # Handlers before the start: a signal in between would otherwise kill this launcher (or,
+    # as PID 1, be ignored) and leave the worker running.
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # Its own session (a terminal's Ctrl-C reaches it once, through here) and SIGTERM
+        # should this launcher be killed, so the worker still drains instead of running on.
+        child = subprocess.Popen(command, env=env, preexec_fn=detach_child)
+        if received:
+            forward(received[-1], None)
+        code = child.wait()
+    finally:
+        for timer in overdue:
+            timer.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if code < 0:
+        return 128 - code
+    if code == 0 and received and received[0] == signal.SIGINT:
+        return 130  # Ctrl-C, as every other command reports it
+    return code
+
+
+def _kill_overdue(child: subprocess.Popen[bytes], name: str, grace: float) -> None:
+    print(
+        f"error: the worker process did not stop within {grace:.0f} s of {name}; killing it "
+        "(its running activities are retried once their heartbeat timeout lapses)",
+        file=sys.stderr,
+        flush=True,
+    )
+    child.kill()
 
 
 def _child_env(settings: Settings) -> dict[str, str]:

@@ -147,10 +147,15 @@ def _add_processes(sub: Any) -> None:
         "worker",
         "a worker against TEMPORAL_ADDRESS",
         epilog=exit_codes(
-            (0, "the worker process was stopped by SIGINT or SIGTERM"),
+            (0, "stopped by SIGTERM, which is passed on to the worker process to drain"),
             (1, f"it stopped on an error (e.g. Temporal unreachable); {OPEN_API}"),
             (2, "an invalid setting or --pool"),
             (130, "Ctrl-C"),
+            (
+                137,
+                "after SIGTERM or Ctrl-C the worker process outlasted its grace period "
+                "(WORKER_SHUTDOWN_GRACE_SECONDS and a margin) and was killed",
+            ),
         ),
     )
     w.add_argument("--no-api", action="store_true", help="do not serve the HTTP API")
