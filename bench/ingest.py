@@ -51,6 +51,7 @@ from knowledgeops.models.embedding import make_embedder
 from knowledgeops.runtime.temporal import connect
 from starter.services.document_imports import derive_document_id
 from starter.services.documents import DocumentService
+from starter.services.task_models import TaskStatus
 from starter.services.tasks import TaskQueueService
 
 
@@ -184,7 +185,8 @@ def raw_model_per_core(texts: list[str], batch: int) -> float:
         return done / (time.perf_counter() - started)
 
 
-async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
+async def import_and_wait(settings: Settings, files: list[Path]) -> tuple[float, list[TaskStatus]]:
+    """Seconds from the first import started to the last ended, and every import's status."""
     service = TaskQueueService(await connect(settings), settings)
     db = await Database.open(settings)
     documents = DocumentService(service, db, settings)
@@ -192,11 +194,16 @@ async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float
     refs = [await documents.import_file(p) for p in files]
     statuses = await asyncio.gather(*(service.wait(r.task_id) for r in refs))
     elapsed = time.perf_counter() - started
+    await db.close()
+    return elapsed, list(statuses)
+
+
+async def through_temporal(settings: Settings, files: list[Path]) -> tuple[float, int, list[str]]:
+    elapsed, statuses = await import_and_wait(settings, files)
     failed = [
         f"{s.task_id}: {s.status} {s.last_error}" for s in statuses if s.status != "completed"
     ]
     chunks = sum((s.result or {}).get("total_chunks", 0) for s in statuses)
-    await db.close()
     return elapsed, chunks, failed
 
 

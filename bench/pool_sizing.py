@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import math
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -30,12 +29,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.common import ROOT, bench_settings, running_process, temporal_server, write_corpus
+from bench.ingest import import_and_wait
 from knowledgeops.config.settings import Settings
-from knowledgeops.db.database import Database
 from knowledgeops.registry.task_types import POOLS
 from knowledgeops.runtime.temporal import connect
-from starter.services.documents import DocumentService
-from starter.services.tasks import TaskQueueService
 
 RATES = (100, 500, 1000, 2000)  # chunks/s a deployment might need
 
@@ -93,20 +90,12 @@ def pool_workers(settings: Settings, work: Path) -> Iterator[None]:
 
 
 async def measure(settings: Settings, files: list[Path]) -> None:
-    client = await connect(settings)
-    service = TaskQueueService(client, settings)
-    db = await Database.open(settings)
-    documents = DocumentService(service, db, settings)
-    started = time.perf_counter()
-    refs = [await documents.import_file(p) for p in files]
-    statuses = await asyncio.gather(*(service.wait(r.task_id) for r in refs))
-    elapsed = time.perf_counter() - started
-    await db.close()
+    elapsed, statuses = await import_and_wait(settings, files)
     failed = [f"{s.task_id}: {s.last_error}" for s in statuses if s.status != "completed"]
     if failed:
         raise SystemExit(f"imports failed: {failed}")
     chunks = sum((s.result or {}).get("total_chunks", 0) for s in statuses)
-    work = await pool_work(client, [r.task_id for r in refs])
+    work = await pool_work(await connect(settings), [s.task_id for s in statuses])
     print(
         f"{len(files)} documents, {chunks} chunks through Temporal: {elapsed:.1f} s, "
         f"{chunks / elapsed:.0f} chunks/s end to end"
