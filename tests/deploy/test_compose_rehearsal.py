@@ -39,7 +39,7 @@ from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.postgres import postgres_bin
 from tests.helpers.temporal import ActivityStart, activity_starts
 from tests.helpers.waiting import eventually
-from tests.http.test_webhooks import SECRET, Receiver
+from tests.helpers.webhook_receiver import SECRET, Receiver
 
 pytestmark = [
     pytest.mark.skipif(not PG_URL, reason="the PostgreSQL pass (KNOWLEDGEOPS_TEST_POSTGRES_URL)"),
