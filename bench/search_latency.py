@@ -1,14 +1,16 @@
 """Search latency through the HTTP API at a fixed size, beside the index's own time for the
 same queries: how much the API adds to what the engine costs.
 
-    .venv/bin/python -m bench.search_latency --docs 20 --paragraphs 500
+    .venv/bin/python -m bench.search_latency --docs 20 --paragraphs 500 [--local]
 
 Documents (generated, half owned by `alice`) are imported through the system with an instant
-embedding server; then 80 varied hybrid queries (2 to 4 words, seeded) go to
-`GET /v1/search?k=10`, unscoped and owner-scoped, one at a time after a warm-up. The reference:
-the worker stopped, the same index opened in this process, the same queries through
-`VectorIndex.search` with each query's vector made beforehand (the engine's dense and BM25
-queries, their fusion and the hits' payloads: no HTTP, no embedding call, no catalogue).
+embedding server (`--local`: the local model, the default provider, for imports and queries);
+then 80 varied hybrid queries (2 to 4 words, seeded) go to `GET /v1/search?k=10`, unscoped and
+owner-scoped, one at a time after a warm-up. The reference: the worker stopped, the same index
+opened in this process, the same queries through `VectorIndex.search` with each query's vector
+made beforehand (the engine's dense and BM25 queries, their fusion and the hits' payloads: no
+HTTP, no embedding call, no catalogue). Beside it, one query's embedding made in this process,
+one at a time (the part of the API's time that is the model's or the embedding server's).
 """
 
 from __future__ import annotations
@@ -86,12 +88,22 @@ async def through_api(settings: Settings, texts: list[str], owner: str | None) -
     return times
 
 
-async def engine_alone(settings: Settings, texts: list[str], owner: str | None) -> list[float]:
+async def engine_alone(
+    settings: Settings, texts: list[str], owner: str | None
+) -> tuple[list[float], list[float]]:
+    """The engine's times for the queries, and the times of embedding each query alone."""
     index = open_index(settings)
     embedder = make_embedder(settings)
     try:
         live = await live_index(index, embedder.model_id)
-        vectors = await embedder.embed(texts)
+        await embedder.warm_up()
+        vectors, embedding = [], []
+        for i, q in enumerate([*texts[:WARM_UP], *texts]):
+            t = time.perf_counter()
+            [v] = await embedder.embed([q])
+            if i >= WARM_UP:
+                embedding.append((time.perf_counter() - t) * 1000)
+                vectors.append(v)
         scope = Scope(owner=owner)
         times: list[float] = []
         pairs = list(zip(texts, vectors, strict=True))
@@ -100,19 +112,21 @@ async def engine_alone(settings: Settings, texts: list[str], owner: str | None) 
             await index.search(live.collection, 10, vector=v, text=q, scope=scope)
             if i >= WARM_UP:
                 times.append((time.perf_counter() - t) * 1000)
-        return times
+        return times, embedding
     finally:
         index.close()
         await embedder.aclose()
 
 
-def report(label: str, api: list[float], engine: list[float]) -> None:
+def report(label: str, api: list[float], engine: list[float], embedding: list[float]) -> None:
     a50, a95 = percentiles(api)
     e50, e95 = percentiles(engine)
+    m50, m95 = percentiles(embedding)
     print(f"API {label}: p50 {a50:.1f} ms, p95 {a95:.1f} ms ({len(api)} queries)")
     print(
         f"engine {label}: p50 {e50:.1f} ms, p95 {e95:.1f} ms; API / engine at p95: {a95 / e95:.2f}"
     )
+    print(f"query embedding alone: p50 {m50:.1f} ms, p95 {m95:.1f} ms")
 
 
 def main() -> None:
@@ -120,29 +134,37 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=20)
     ap.add_argument("--paragraphs", type=int, default=500, help="per document (~1 chunk each)")
     ap.add_argument("--queries", type=int, default=80)
+    ap.add_argument(
+        "--local", action="store_true", help="the local embedding model, not an instant server"
+    )
     args = ap.parse_args()
     fake = FakeOpenAI(dim=512).start()
+    provider = (
+        {}
+        if args.local
+        else {
+            "EMBEDDING_PROVIDER": "openai",
+            "EMBEDDING_MODEL": "fake-embed",
+            "OPENAI_BASE_URL": fake.base_url,
+            "OPENAI_API_KEY": fake.api_key,
+        }
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="ko-bench-search-") as tmp:
             work = Path(tmp)
             files = write_corpus(work / "corpus", args.docs, args.paragraphs)
             texts = queries(args.queries)
             with temporal_server(work) as server:
-                settings = bench_settings(
-                    work / "data",
-                    server.address,
-                    EMBEDDING_PROVIDER="openai",
-                    EMBEDDING_MODEL="fake-embed",
-                    OPENAI_BASE_URL=fake.base_url,
-                    OPENAI_API_KEY=fake.api_key,
-                )
+                settings = bench_settings(work / "data", server.address, **provider)
                 with worker_process(settings, work / "worker.log"):
                     chunks = asyncio.run(import_all(settings, files))
                     print(f"index: {args.docs} documents, {chunks} chunks")
                     api = {o: asyncio.run(through_api(settings, texts, o)) for o in (None, "alice")}
                 engine = {o: asyncio.run(engine_alone(settings, texts, o)) for o in (None, "alice")}
-            report("hybrid", api[None], engine[None])
-            report("hybrid, owner-scoped", api["alice"], engine["alice"])
+            model = "local model" if args.local else "instant embedding server"
+            print(f"embedding: {model}")
+            report("hybrid", api[None], *engine[None])
+            report("hybrid, owner-scoped", api["alice"], *engine["alice"])
     finally:
         fake.stop()
 

@@ -86,7 +86,8 @@ def _known(token: str, known: str) -> bool:
     return hmac.compare_digest(known.encode(), token.encode())
 
 
-def caller(rt: RuntimeDep, credentials: ApiCredentials) -> Caller:
+# Async, as it blocks on nothing: FastAPI runs a plain `def` dependency in a worker thread.
+async def caller(rt: RuntimeDep, credentials: ApiCredentials) -> Caller:
     """The caller behind the bearer token: 401 without one, 403 with an unknown one."""
     tokens = rt.settings.api_callers()
     if not tokens:

@@ -120,14 +120,7 @@ class Scope:
     """The documents a listing or search covers: all filters must match."""
 
     def __init__(
-        self,
-        owner: Annotated[str | None, Query(max_length=200)] = None,
-        tags: Annotated[
-            list[str] | None, Query(max_length=50, description="repeat: all must match")
-        ] = None,
-        document_id: Annotated[
-            list[str] | None, Query(max_length=1000, description="repeat: any of these")
-        ] = None,
+        self, owner: str | None, tags: list[str] | None, document_id: list[str] | None
     ) -> None:
         self.owner = owner
         self.tags = tags or []
@@ -143,7 +136,21 @@ class Scope:
         return True
 
 
-ScopeDep = Annotated[Scope, Depends()]
+# A function, not the class itself: FastAPI runs a class's __init__ in a worker thread (a
+# hop on every listing and search), an async function inline.
+async def scope_filters(
+    owner: Annotated[str | None, Query(max_length=200)] = None,
+    tags: Annotated[
+        list[str] | None, Query(max_length=50, description="repeat: all must match")
+    ] = None,
+    document_id: Annotated[
+        list[str] | None, Query(max_length=1000, description="repeat: any of these")
+    ] = None,
+) -> Scope:
+    return Scope(owner, tags, document_id)
+
+
+ScopeDep = Annotated[Scope, Depends(scope_filters)]
 
 
 @router.get("/documents", response_model=DocumentPage)

@@ -95,17 +95,19 @@ async def search(
     hits = await nearest(
         store, embedder_for, default_model, query, k, scope, mode=mode, reranker=reranker
     )
-    docs = await DocumentCatalogue(db).by_id({h.document_id for h in hits}) if db and hits else {}
+    labels: dict[str, tuple[str | None, str]] = {}
+    if db is not None and hits:
+        labels = await DocumentCatalogue(db).labels({h.document_id for h in hits})
     out = []
     for h in hits:
-        doc = docs.get(h.document_id)
+        title, filename = labels.get(h.document_id, (None, None))
         out.append(
             SearchHit(
                 score=round(h.score, 4),
                 document_id=h.document_id,
                 chunk_index=h.chunk_index,
-                title=doc.title if doc else None,
-                filename=doc.filename if doc else None,
+                title=title,
+                filename=filename,
                 page=h.page,
                 heading=h.heading,
                 text=h.text,

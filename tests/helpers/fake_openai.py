@@ -185,6 +185,10 @@ class FakeOpenAI:
             # Keep-alive, as real endpoints: a new connection per request cost the client (the
             # worker under test) more than the request in throughput benchmarks.
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY, as real servers set it: headers and body go out in two writes, and
+            # with Nagle the body waited for the client's delayed ACK, ~40 ms per request
+            # (most of an API search's time in bench.search_latency, measured).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 return  # keep test output readable

@@ -17,9 +17,6 @@ import signal
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType as HistoryEventType
-from temporalio.api.enums.v1 import TimeoutType
-from temporalio.client import Client
 
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import EMBED_CHUNKS
@@ -29,6 +26,7 @@ from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
 from knowledgeops.index.opening import open_index
 from knowledgeops.index.vector_index import VectorIndex
+from tests.helpers.activity_retries import retries
 from tests.helpers.documents import numbered_paragraphs
 from tests.helpers.environment import (
     openai_settings,
@@ -100,8 +98,12 @@ async def _stopped_mid_embedding(
                 )
             except AssertionError as e:  # with the worker's log
                 raise AssertionError(f"{e}\n{log.read_text()[-3000:]}") from None
+            # Slow from here on, so the ~700 chunks left outlast the 1 s drain: a SIGTERMed
+            # worker must hand the attempt back, not finish it inside its grace period.
+            fake_openai.latency = 1.0
             first.send_signal(sig)
             code = await asyncio.to_thread(first.wait, 30)
+            fake_openai.latency = 0.08
             at_kill = fake_openai.embedded_count()
             if forget_files:
                 for folder in (cfg.files_dir, cfg.chunks_dir):
@@ -159,26 +161,3 @@ async def _stopped_mid_embedding(
         # The killed attempt was given up by its heartbeat timeout (20 s), not by its
         # start-to-close clock: that timeout is what the retry waited for.
         assert retried == {EMBED_CHUNKS.name: "HEARTBEAT"}, retried
-
-
-async def retries(client: Client, task_id: str) -> dict[str, str]:
-    """The task's retried activities (latest run) and how the attempt before each one's last
-    attempt ended: a timeout's type ("HEARTBEAT": the server gave up on it) or the type of the
-    failure a worker reported ("WorkerShutdown": a draining worker handed it back)."""
-    names: dict[int, str] = {}
-    ended: dict[str, str] = {}
-    async for e in client.get_workflow_handle(task_id).fetch_history_events():
-        if e.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        elif e.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            a = e.activity_task_started_event_attributes
-            if a.attempt > 1:
-                f = a.last_failure
-                if f.HasField("timeout_failure_info"):
-                    how = TimeoutType.Name(f.timeout_failure_info.timeout_type)
-                    ended[names[a.scheduled_event_id]] = how.removeprefix("TIMEOUT_TYPE_")
-                else:
-                    ended[names[a.scheduled_event_id]] = (
-                        f.application_failure_info.type or f.message
-                    )
-    return ended
