@@ -1,6 +1,7 @@
 """Public retrieval sets with relevance judgments, in BEIR's layout, and their measures.
 
     python -m bench.retrieval_sets convert KIND SOURCE OUT [--exclude FILE] [--simplified]
+    python -m bench.retrieval_sets merge OUT SET_DIR [SET_DIR ...]
 
 writes OUT/corpus.jsonl ({"_id", "title", "text"}), OUT/queries.jsonl ({"_id", "text"}) and
 OUT/qrels/test.tsv (query-id, corpus-id, score). KIND:
@@ -13,6 +14,9 @@ OUT/qrels/test.tsv (query-id, corpus-id, score). KIND:
   traditional Chinese (DRCD) to simplified with OpenCC.
 - `cranfield`: the Cranfield collection's cran.all.1400, cran.qry and cranqrel (a folder);
   relevance grades 1 (complete answer) .. 4 (minimum interest) become gains 4 .. 1.
+
+`merge` joins converted sets into one (ids prefixed by each set's folder name): a larger
+corpus, where each question has more passages to be told apart from.
 
 Nothing here downloads: where the sources come from is in docs/benchmarks.md.
 """
@@ -182,6 +186,19 @@ def convert_cranfield(source: Path, out: Path) -> tuple[int, int]:
     return len(corpus), len(qrels)
 
 
+def merge(out: Path, sets: Sequence[Path]) -> tuple[int, int]:
+    corpus: dict[str, tuple[str, str]] = {}
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for folder in sets:
+        rs, p = load(folder), folder.name
+        corpus |= {f"{p}-{d}": doc for d, doc in rs.corpus.items()}
+        queries |= {f"{p}-{q}": text for q, text in rs.queries.items()}
+        qrels |= {f"{p}-{q}": {f"{p}-{d}": g for d, g in gs.items()} for q, gs in rs.qrels.items()}
+    _write(out, corpus, queries, qrels)
+    return len(corpus), len(queries)
+
+
 def _write(
     out: Path,
     corpus: dict[str, tuple[str, str]],
@@ -212,8 +229,13 @@ def main() -> None:
     c.add_argument("out", type=Path)
     c.add_argument("--exclude", type=Path)
     c.add_argument("--simplified", action="store_true")
+    m = sub.add_parser("merge")
+    m.add_argument("out", type=Path)
+    m.add_argument("sets", nargs="+", type=Path)
     args = p.parse_args()
-    if args.kind == "squad":
+    if args.cmd == "merge":
+        docs, queries = merge(args.out, args.sets)
+    elif args.kind == "squad":
         docs, queries = convert_squad(args.source, args.out, args.exclude, args.simplified)
     else:
         docs, queries = convert_cranfield(args.source, args.out)

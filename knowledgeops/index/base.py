@@ -1,6 +1,6 @@
 """What `VectorIndex` is built on: the engine behind the index's own threads, its collections,
-aliases and metadata, and the calls that treat a collection as plain vectors by id (the
-embedding cache, backup and restore).
+aliases and metadata, the tokenization of each chunks collection's keyword vectors, and the
+calls that treat a collection as plain vectors by id (the embedding cache, backup and restore).
 
 Separate from vector_index.py because none of this knows about documents: versions, staging,
 scopes and search are there, written over these calls.
@@ -9,17 +9,19 @@ scopes and search are there, written over these calls.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
 from knowledgeops.index import bm25
-from knowledgeops.index.engine import Engine, EnginePoint, Kind
+from knowledgeops.index.engine import Engine, EnginePoint, Kind, Sparse
 from knowledgeops.index.points import INDEX_PREFIX, StoredPoint, kind_of, payload_text
 from knowledgeops.models.embedding import slug
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class IndexBase:
@@ -31,6 +33,9 @@ class IndexBase:
         self.engine = engine
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="index")
         self._closers: list[Callable[[], None]] = []
+        # Collection -> the tokenization its keyword vectors were made with (fixed for its
+        # life, so read once).
+        self._sparse_models: dict[str, str] = {}
 
     @property
     def local(self) -> bool:
@@ -72,9 +77,14 @@ class IndexBase:
         return await self._run(self.engine.exists, collection)
 
     async def ensure(self, collection: str, dimension: int) -> None:
-        await self._run(self.engine.create, collection, kind_of(collection), dimension)
+        kind = kind_of(collection)
+        # A new chunks collection records the tokenization its keyword vectors are made with,
+        # in the step that creates it (an existing one keeps what it has).
+        meta = {bm25.SPARSE_MODEL_KEY: bm25.SPARSE_MODEL} if kind == Kind.CHUNKS else None
+        await self._run(self.engine.create, collection, kind, dimension, meta)
 
     async def drop_collection(self, collection: str) -> bool:
+        self._sparse_models.pop(collection, None)
         return await self._run(self.engine.drop, collection)
 
     async def alias_target(self, alias: str) -> str | None:
@@ -87,7 +97,55 @@ class IndexBase:
         return await self._run(self.engine.metadata, collection)
 
     async def set_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
-        await self._run(self.engine.set_metadata, collection, metadata)
+        """Replace a collection's metadata; a chunks collection's tokenization stays recorded
+        whatever `metadata` says (it describes the vectors it holds, not the caller's wish)."""
+
+        def write() -> None:
+            meta = dict(metadata)
+            if kind_of(collection) == Kind.CHUNKS:
+                meta[bm25.SPARSE_MODEL_KEY] = self.sparse_model(collection)
+            self.engine.set_metadata(collection, meta)
+
+        await self._run(write)
+
+    # -- keyword vectors: each collection's own tokenization (bm25.py) ----------------------
+    # Called on the index's threads, inside the calls that write or search.
+
+    def sparse_model(self, collection: str) -> str:
+        """The tokenization of an existing chunks collection's keyword vectors."""
+        model = self._sparse_models.get(collection)
+        if model is None:
+            model = bm25.sparse_model_of(self.engine.metadata(collection))
+            if model != bm25.SPARSE_MODEL:
+                # Not mixed: its texts and queries keep being tokenized as its vectors were.
+                log.warning(
+                    "the keyword vectors of %s were made by an earlier tokenization (%s); "
+                    "`knowledgeops reindex` rebuilds them with the current one (%s), which "
+                    "matches Chinese text better",
+                    collection,
+                    model,
+                    bm25.SPARSE_MODEL,
+                )
+            self._sparse_models[collection] = model
+        return model
+
+    async def keyword_tokenization(self, collection: str) -> str:
+        """The tokenization a chunks collection records, as recorded (for a report; one not
+        made yet will be made with the current one)."""
+
+        def read() -> str:
+            if not self.engine.exists(collection):
+                return bm25.SPARSE_MODEL
+            recorded = self.engine.metadata(collection).get(bm25.SPARSE_MODEL_KEY)
+            return str(recorded) if recorded else bm25.LEGACY_SPARSE_MODEL
+
+        return await self._run(read)
+
+    def document_vector(self, collection: str, text: str) -> Sparse:
+        return bm25.document_vector(text, self.sparse_model(collection))
+
+    def query_vector(self, collection: str, text: str) -> Sparse:
+        return bm25.query_vector(text, self.sparse_model(collection))
 
     async def unindexed(self) -> dict[str, int]:
         """Index collections' points not in a vector index yet (being built meanwhile)."""
@@ -163,7 +221,9 @@ class IndexBase:
                         str(p.id),
                         p.vector,
                         p.payload,
-                        bm25.document_vector(payload_text(p.payload)) if chunks else None,
+                        self.document_vector(collection, payload_text(p.payload))
+                        if chunks
+                        else None,
                     )
                     for p in points
                 ],

@@ -133,7 +133,9 @@ class EdgeEngine(Engine):
         with self._guard:
             return name in self._collections
 
-    def create(self, name: str, kind: Kind, dimension: int) -> None:
+    def create(
+        self, name: str, kind: Kind, dimension: int, metadata: dict[str, Any] | None = None
+    ) -> None:
         if "/" in name or name.startswith(".") or not name:
             raise ValueError(f"invalid collection name {name!r}")
         with self._guard:
@@ -147,7 +149,7 @@ class EdgeEngine(Engine):
             # One partition until a build splits it (edge_collection.py).
             folder = "p0/shard-0"
             shard = new_shard(path / folder, kind, shard_config(kind, dimension, self.build))
-            coll = Collection(name, kind, dimension, path)
+            coll = Collection(name, kind, dimension, path, dict(metadata or {}))
             coll.parts = [Partition(coll, 0, Handle(shard, folder))]
             coll.save()
             self._collections[name] = coll

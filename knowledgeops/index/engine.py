@@ -113,8 +113,11 @@ class Engine(ABC):
     def exists(self, name: str) -> bool: ...
 
     @abstractmethod
-    def create(self, name: str, kind: Kind, dimension: int) -> None:
-        """Create the collection if absent (an existing one is left as it is)."""
+    def create(
+        self, name: str, kind: Kind, dimension: int, metadata: dict[str, Any] | None = None
+    ) -> None:
+        """Create the collection if absent, with `metadata` (an existing one is left as it is,
+        metadata included)."""
 
     @abstractmethod
     def drop(self, name: str) -> bool: ...

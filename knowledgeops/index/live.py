@@ -2,9 +2,10 @@
 
 An alias (`LIVE_ALIAS`, an engine alias on both engines) names the live collection, and that
 collection's metadata names the embedding model (and the chunk size) its vectors were made
-with. A re-index builds a new collection next to the live one and then moves the alias in one
-step, so search switches from one complete index to the other with no moment in between.
-Before the first re-index there is no alias: the live collection is the configured model's
+with, and the tokenization of its keyword vectors (bm25.py). A re-index builds a new collection
+next to the live one, with the current tokenization, and then moves the alias in one step, so
+search switches from one complete index to the other with no moment in between. Before the
+first re-index there is no alias: the live collection is the configured model's
 `chunks_<model>`.
 """
 
@@ -20,7 +21,6 @@ from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.files.chunk_store import index_text_of
-from knowledgeops.index import bm25
 from knowledgeops.index.points import INDEX_PREFIX, Hit, Scope
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder, OnWait
@@ -135,10 +135,11 @@ def shared_live_index(raw: bytes) -> LiveIndex:
 
 async def switch_live(index: VectorIndex, live: LiveIndex, dimension: int) -> None:
     """Record the index's model and chunking on its collection, then point the alias at it
-    (one step: search answers from the old collection up to it, the new one after). Idempotent."""
+    (one step: search answers from the old collection up to it, the new one after). Idempotent.
+    The collection's keyword tokenization stays as it recorded when it was made (base.py)."""
     # A re-index of an empty corpus: an empty live collection.
     await index.ensure(live.collection, dimension)
-    meta: dict[str, object] = {"model": live.model, "sparse_model": bm25.SPARSE_MODEL}
+    meta: dict[str, object] = {"model": live.model}
     if live.chunking is not None:
         meta |= live.chunking.model_dump()
     await index.set_metadata(live.collection, meta)

@@ -107,20 +107,26 @@ class ServerEngine(Engine):
     def exists(self, name: str) -> bool:
         return bool(self._client.collection_exists(name))
 
-    def create(self, name: str, kind: Kind, dimension: int) -> None:
+    def create(
+        self, name: str, kind: Kind, dimension: int, metadata: dict[str, Any] | None = None
+    ) -> None:
         if self._client.collection_exists(name):
             return
         dense = models.VectorParams(size=dimension, distance=models.Distance.COSINE)
         if kind == Kind.VECTORS:
             # Looked up by id, never searched: no HNSW graph to build (m=0).
             self._client.create_collection(
-                name, vectors_config=dense, hnsw_config=models.HnswConfigDiff(m=0)
+                name,
+                vectors_config=dense,
+                hnsw_config=models.HnswConfigDiff(m=0),
+                metadata=metadata or None,
             )
             return
         self._client.create_collection(
             name,
             vectors_config=dense,
             sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            metadata=metadata or None,
         )
         for key, schema in INDEXED_FIELDS.items():
             self._client.create_payload_index(name, key, _SCHEMA[schema])

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from knowledgeops.contracts.indexing import MODEL_PATTERN, ReindexOptions
 from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.task_list import ListKey
+from knowledgeops.index.bm25 import SPARSE_MODEL
 from knowledgeops.index.live import index_collections
 from knowledgeops.registry.task_types import TaskType
 from starter.http.access import Operator, operator
@@ -227,6 +228,11 @@ class IndexInfo(BaseModel):
     live_collection: str
     model: str
     chunk_tokens: int | None
+    # The tokenization of the live collection's keyword vectors, and whether it is this
+    # version's (false: `knowledgeops reindex` rebuilds them with it; until then the collection
+    # keeps its own, for its documents and queries alike).
+    keyword_tokenization: str
+    keyword_tokenization_current: bool
     collections: list[IndexCollectionInfo]
 
 
@@ -237,10 +243,13 @@ async def index_info(rt: RuntimeDep) -> IndexInfo:
     live = await rt.resources.live_index()
     names = await index_collections(rt.store)
     unindexed = await rt.store.unindexed()
+    tokenization = await rt.store.keyword_tokenization(live.collection)
     return IndexInfo(
         live_collection=live.collection,
         model=live.model,
         chunk_tokens=live.chunking.chunk_tokens if live.chunking else None,
+        keyword_tokenization=tokenization,
+        keyword_tokenization_current=tokenization == SPARSE_MODEL,
         collections=[
             IndexCollectionInfo(
                 name=n,

@@ -126,7 +126,9 @@ async def test_the_worker_moves_an_earlier_index_in(cfg: Settings, fake_openai: 
         assert (cfg.legacy_index_path.parent / "qdrant.migrated").is_dir()
         info = (await api.http.get("/v1/admin/index", headers=api.admin)).json()
         assert {c["name"]: c["points"] for c in info["collections"]} == {chunks: counts[chunks]}
-        # Keyword search works on migrated points (their BM25 vectors were made from the text).
+        # Keyword search works on migrated points (their BM25 vectors were made from the text,
+        # by the current tokenization, which the collection records).
+        assert info["keyword_tokenization_current"], info
         r = await api.http.get("/v1/search", params={"q": "RuBisCO", "mode": "keyword", "k": 1})
         assert [h["document_id"] for h in r.json()] == [docs["photosynthesis.html"]]
         # Owner and tags came from the catalogue onto the points: scoped search filters by them.

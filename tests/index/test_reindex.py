@@ -96,6 +96,7 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
             docs = await import_topics(api, tmp_path)
             before = await index_info(api)
             assert before["model"] == "openai:fake-embed" and before["chunk_tokens"] is None
+            assert before["keyword_tokenization_current"], before
             old_points = sum(d["chunks"] for d in docs.values())
             # An exact chunk text: the index built with the same model answers it at score ~1.
             # (The test model's vectors are hashes: only exact texts are near.)
@@ -147,6 +148,7 @@ async def test_reindex_switches_search_with_no_downtime(settings: Settings, tmp_
             # The new index is live: its model, its chunk size, the old collection dropped.
             after = await index_info(api)
             assert after["model"] == "openai:fake-embed-2" and after["chunk_tokens"] == 256
+            assert after["keyword_tokenization_current"], after
             assert after["live_collection"] == result["collection"]
             assert [c["name"] for c in after["collections"]] == [result["collection"]]
             # Split again (the tests' CHUNK_TOKENS is 64): fewer, longer chunks than before.

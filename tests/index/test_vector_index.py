@@ -5,6 +5,7 @@ ones)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -14,8 +15,9 @@ import pytest
 
 from knowledgeops.contracts.search import SearchMode
 from knowledgeops.files.chunk_store import Chunk
+from knowledgeops.index.bm25 import LEGACY_SPARSE_MODEL, SPARSE_MODEL, SPARSE_MODEL_KEY
 from knowledgeops.index.edge import EdgeEngine
-from knowledgeops.index.engine import Engine
+from knowledgeops.index.engine import Engine, IndexOutdatedError, Kind
 from knowledgeops.index.vector_index import Scope, VectorIndex
 from tests.helpers.vectors import DIM, vec
 
@@ -152,6 +154,40 @@ async def test_keyword_scores_weigh_a_rare_word_above_a_common_one(index: Vector
     assert [h.text for h in hits] == ["zebra", "cat cat"]
 
 
+async def test_a_collection_keeps_the_keyword_tokenization_it_was_made_with(
+    index: VectorIndex,
+) -> None:
+    texts = ["苹果公司于2023年9月发布了新手机。", "地下水在含水层中缓慢流动。"]
+    # A new collection records the current tokenization, whatever metadata is written later.
+    c = new_collection()
+    await index.upsert(c, "d", chunks(texts), [vec(0), vec(1)])
+    assert (await index.metadata(c))[SPARSE_MODEL_KEY] == SPARSE_MODEL
+    await index.set_metadata(c, {"model": "m", SPARSE_MODEL_KEY: "another"})
+    assert await index.metadata(c) == {"model": "m", SPARSE_MODEL_KEY: SPARSE_MODEL}
+    assert await index.keyword_tokenization(c) == SPARSE_MODEL
+    hits = await index.search(c, 2, text="2023年", mode=SearchMode.KEYWORD)
+    assert [h.text for h in hits][:1] == [texts[0]]
+    # One an earlier version made (recording nothing): its texts and its queries are tokenized
+    # as before, so its vectors and queries still match; never a mix of the two.
+    old = new_collection()
+    await asyncio.to_thread(index.engine.create, old, Kind.CHUNKS, DIM)
+    await index.upsert(old, "d", chunks(texts), [vec(0), vec(1)])
+    assert await index.keyword_tokenization(old) == LEGACY_SPARSE_MODEL
+    hits = await index.search(old, 2, text="含水层", mode=SearchMode.KEYWORD)
+    assert [h.text for h in hits][:1] == [texts[1]]
+    # The earlier tokenization dropped the digits of a Chinese text: a re-index fixes that.
+    assert await index.search(old, 2, text="2023", mode=SearchMode.KEYWORD) == []
+    await index.set_metadata(old, {"model": "m"})
+    assert await index.keyword_tokenization(old) == LEGACY_SPARSE_MODEL
+    # One a newer version made: refused, not guessed at.
+    newer = new_collection()
+    await asyncio.to_thread(
+        index.engine.create, newer, Kind.CHUNKS, DIM, {SPARSE_MODEL_KEY: "bm25/newer/9"}
+    )
+    with pytest.raises(IndexOutdatedError, match="reindex"):
+        await index.search(newer, 2, text="含水层", mode=SearchMode.KEYWORD)
+
+
 async def test_scope_filters_inside_the_engine(index: VectorIndex) -> None:
     c = new_collection()
     await _fill(index, c)
@@ -216,10 +252,12 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     await index.set_alias(alias, c)
     assert await index.alias_target(alias) == c
     await index.set_metadata(c, {"model": "m", "chunk_tokens": 128})
-    assert await index.metadata(c) == {"model": "m", "chunk_tokens": 128}
+    # The keyword tokenization a chunks collection was made with stays recorded.
+    recorded = {SPARSE_MODEL_KEY: SPARSE_MODEL}
+    assert await index.metadata(c) == {"model": "m", "chunk_tokens": 128} | recorded
     # Replaced, not merged: a key the new metadata lacks is gone.
     await index.set_metadata(c, {"model": "n"})
-    assert await index.metadata(c) == {"model": "n"}
+    assert await index.metadata(c) == {"model": "n"} | recorded
     await index.set_alias(alias, None)
     assert await index.alias_target(alias) is None
     cache = f"embeddings_t{RUN}_{uuid.uuid4().hex[:8]}"
