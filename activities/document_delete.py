@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.support import Heartbeater
+from knowledgeops.contracts.document_batch import (
+    BATCH_PROGRESS_QUERY,
+    BatchProgress,
+    DocumentBatchPayload,
+    import_task_name,
+)
 from knowledgeops.contracts.document_delete import (
     DELETE_DOCUMENT_CHUNKS,
     DELETE_DOCUMENT_POINTS,
@@ -22,10 +29,14 @@ from knowledgeops.contracts.document_delete import (
 )
 from knowledgeops.db.audit import audit_row
 from knowledgeops.db.catalogue import DocumentCatalogue
+from knowledgeops.documents.batch_manifest import position_of
 from knowledgeops.documents.removal import remove_document
 from knowledgeops.index.live import delete_document_everywhere
+from knowledgeops.registry.task_types import REGISTRY, TaskType
 from knowledgeops.runtime.resources import Resources
 
+# The batch import's workflow type: a document of it is waited for, the batch not cancelled.
+BATCH_WORKFLOW = REGISTRY[TaskType.DOCUMENT_BATCH_IMPORT].workflow_name
 # How often the stop step looks whether the import has closed.
 STOP_POLL_SECONDS = 0.5
 
@@ -39,11 +50,19 @@ class DocumentDeleteActivities:
     @activity.defn(name=STOP_IMPORT.name)
     async def stop_import(self, req: StopImportRequest) -> StoppedImport:
         """Cancel the import if it still runs (the delete request asked already; asking again
-        is harmless) and wait until it has closed, its cleanup done."""
+        is harmless) and wait until it has closed, its cleanup done. A batch import is not
+        cancelled for one of its documents: this waits until the batch is past it (and stops
+        the document's own import, which the batch may have started)."""
         handle = activity.client().get_workflow_handle(req.import_task_id)
         try:
             desc = await handle.describe()
-            if desc.status == WorkflowExecutionStatus.RUNNING:
+            if desc.workflow_type == BATCH_WORKFLOW and req.document_id:
+                async with Heartbeater():
+                    await self._batch_past(handle, req.document_id)
+                own = self.settings.task_id(import_task_name(req.document_id))
+                await self.stop_import(StopImportRequest(import_task_id=own))
+                desc = await handle.describe()
+            elif desc.status == WorkflowExecutionStatus.RUNNING:
                 await handle.cancel()
                 async with Heartbeater():
                     while desc.status == WorkflowExecutionStatus.RUNNING:
@@ -60,6 +79,27 @@ class DocumentDeleteActivities:
             if status == WorkflowExecutionStatus.CANCELED
             else status.name.lower()
         )
+
+    async def _batch_past(self, handle: WorkflowHandle[Any, Any], document_id: str) -> None:
+        """Until the batch has closed, or the group that imports the document has ended: its
+        row says `deleting` now, so no group starting later writes the document."""
+        payload: DocumentBatchPayload | None = None
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            [raw] = await activity.client().data_converter.decode(started.input.payloads)
+            payload = DocumentBatchPayload.model_validate(raw)
+            break
+        if payload is None:
+            return
+        at = await position_of(self.resources.files, payload.manifest_id, document_id)
+        while at is not None:
+            desc = await handle.describe()
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                return
+            p = await handle.query(BATCH_PROGRESS_QUERY, result_type=BatchProgress)
+            if at < p.next and not any(start <= at < end for start, end in p.running_groups):
+                return
+            await asyncio.sleep(STOP_POLL_SECONDS)
 
     @activity.defn(name=DELETE_DOCUMENT_POINTS.name)
     async def delete_points(self, req: DocumentRef) -> int:

@@ -43,7 +43,10 @@ class DocumentDeleteWorkflow(TaskWorkflow[DocumentDeletePayload, DocumentDeleteR
         self.stage("stopping its import", total=4, done=0)
         # Before anything is deleted: a running import would write points and chunks again.
         stopped = await self.activity(
-            STOP_IMPORT, StopImportRequest(import_task_id=payload.import_task_id)
+            STOP_IMPORT,
+            StopImportRequest(
+                import_task_id=payload.import_task_id, document_id=payload.document_id
+            ),
         )
         cancelled = payload.import_running and stopped.status == "cancelled"
         self.stage("deleting points", done=1)

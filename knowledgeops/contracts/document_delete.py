@@ -33,6 +33,9 @@ class DocumentDeletePayload(BaseModel):
 
 class StopImportRequest(BaseModel):
     import_task_id: str
+    # The document: when its import is a batch's (DOCUMENT_BATCH_IMPORT), the batch is not
+    # cancelled; the step waits until the batch is past the document.
+    document_id: str | None = None
 
 
 class StoppedImport(BaseModel):

@@ -8,15 +8,16 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from knowledgeops.contracts.document_import import ChunkingOptions, ParseResult
 from knowledgeops.errors import DocumentError
-from knowledgeops.files.chunk_store import remove_unfinished
+from knowledgeops.files.chunk_store import remove_unfinished, sections_file
 from knowledgeops.ingest.parser_pool import POOL, Outcome
-from knowledgeops.ingest.parser_process import ParserInput, ParserLimits
+from knowledgeops.ingest.parser_process import BatchParseItem, ParserInput, ParserLimits
 
 log = logging.getLogger("knowledgeops.parser")
 
@@ -117,6 +118,119 @@ async def run_chunk(
         raise ParserFailedError(
             f"the chunker gave no chunk count for {filename}; the import is retried"
         ) from None
+
+
+@dataclass(frozen=True)
+class GroupItemOutcome:
+    """One file of a group job: its chunks, that it needs OCR (its own import), or why not."""
+
+    chunks: int = 0
+    format: str = ""
+    title: str | None = None
+    pages: int | None = None
+    ocr: bool = False
+    error: DocumentError | None = None
+
+
+async def run_parse_chunk_group(
+    items: Sequence[BatchParseItem],
+    chunks_dir: Path,
+    version: str,
+    chunking: ChunkingOptions,
+    memory_mb: int,
+    limits: ParserLimits,
+    max_chunks: int | None = None,
+) -> list[GroupItemOutcome]:
+    """Parse and chunk a group of small files into their versions' chunk files, one parser
+    job for all (knowledgeops/ingest/batch_parsing.py). If the job itself fails (a file
+    crashed the parser or hit a limit), each file runs in a job of its own, so only the file
+    at fault fails."""
+    if not items:
+        return []
+    try:
+        return await _group_job(items, chunks_dir, version, chunking, memory_mb, limits, max_chunks)
+    except (DocumentError, ParserFailedError) as e:
+        if len(items) == 1:
+            if isinstance(e, DocumentError):
+                return [GroupItemOutcome(error=e)]
+            raise
+        log.warning("a group job of %s files failed (%s); one job per file", len(items), e)
+    outcomes = []
+    for item in items:
+        try:
+            one = await _group_job(
+                [item], chunks_dir, version, chunking, memory_mb, limits, max_chunks
+            )
+            outcomes.extend(one)
+        except DocumentError as e:
+            outcomes.append(GroupItemOutcome(error=e))
+        except ParserFailedError as e:
+            # Alone in its job and still failing: this file's, not the group's.
+            outcomes.append(GroupItemOutcome(error=DocumentError("ParserFailed", str(e))))
+    return outcomes
+
+
+async def _group_job(
+    items: Sequence[BatchParseItem],
+    chunks_dir: Path,
+    version: str,
+    chunking: ChunkingOptions,
+    memory_mb: int,
+    limits: ParserLimits,
+    max_chunks: int | None,
+) -> list[GroupItemOutcome]:
+    name = items[0].filename if len(items) == 1 else f"a group of {len(items)} files"
+    request = ParserInput(
+        mode="many",
+        path="",
+        filename=name,
+        document_id=items[0].document_id,
+        out=str(chunks_dir),
+        memory_mb=memory_mb,
+        limits=limits,
+        version=version,
+        chunking=chunking,
+        max_chunks=max_chunks,
+        items=list(items),
+    )
+
+    def killed(pid: int) -> None:
+        for item in items:
+            remove_unfinished(chunks_dir, item.document_id, pid, version)
+            sections = sections_file(chunks_dir, item.document_id, version)
+            _remove_unfinished(sections, pid)
+            sections.unlink(missing_ok=True)
+
+    answer = await _run(request, killed)
+    try:
+        raw = answer["items"]
+        if not isinstance(raw, list) or len(raw) != len(items):
+            raise TypeError("one answer per file expected")
+        return [_item_outcome(a) for a in raw]
+    except (KeyError, TypeError, ValueError):
+        raise ParserFailedError(
+            f"the parser gave no readable answer for {name}; the import is retried"
+        ) from None
+
+
+def _item_outcome(answer: object) -> GroupItemOutcome:
+    if not isinstance(answer, dict):
+        raise TypeError("an answer per file is an object")
+    error = answer.get("error")
+    if isinstance(error, dict):
+        return GroupItemOutcome(error=DocumentError(str(error["kind"]), str(error["message"])))
+    if answer.get("ocr"):
+        return GroupItemOutcome(ocr=True)
+    ok = answer["ok"]
+    if not isinstance(ok, dict):
+        raise TypeError("an ok answer is an object")
+    title, pages = ok.get("title"), ok.get("pages")
+    return GroupItemOutcome(
+        chunks=int(ok["chunks"]),
+        format=str(ok["format"]),
+        title=str(title) if title is not None else None,
+        pages=int(pages) if isinstance(pages, int) else None,
+    )
 
 
 def _out_of_memory(outcome: Outcome) -> bool:

@@ -37,13 +37,22 @@ class ParserLimits(BaseModel):
     max_characters: int = 200_000_000
 
 
+class BatchParseItem(BaseModel):
+    """One file of a "many" job (knowledgeops/ingest/batch_parsing.py)."""
+
+    path: str
+    filename: str
+    document_id: str
+
+
 class ParserInput(BaseModel):
-    mode: Literal["parse", "chunk"] = "parse"
+    # "many": a group of small files parsed and chunked (DOCUMENT_BATCH_IMPORT's `items`).
+    mode: Literal["parse", "chunk", "many"] = "parse"
     # parse: the stored file; chunk: the sections file.
     path: str
     filename: str
     document_id: str
-    # parse: the sections file to write; chunk: the chunk store's folder.
+    # parse: the sections file to write; chunk and many: the chunk store's folder.
     out: str
     # The address-space cap of the process that runs it (set once, when the process starts).
     memory_mb: int
@@ -57,6 +66,7 @@ class ParserInput(BaseModel):
     ocr_dir: str = ""
     ocr_file_id: str = ""
     ocr_pages: list[int] = []
+    items: list[BatchParseItem] = []
 
 
 def limit_cpu(seconds: int) -> None:
@@ -76,6 +86,7 @@ def handle(request: ParserInput) -> dict[str, Any]:
     """One job's answer. Any other exception ends the process (a traceback on stderr, a
     non-zero exit), which the worker reports as an unexpected parser failure."""
     from knowledgeops.errors import DocumentError
+    from knowledgeops.ingest.batch_parsing import parse_and_chunk_many
     from knowledgeops.ingest.chunking import chunk_sections
     from knowledgeops.ingest.sections import extract_sections
 
@@ -89,6 +100,17 @@ def handle(request: ParserInput) -> dict[str, Any]:
                 Path(request.out),
                 request.limits.max_characters,
             ).model_dump()
+        elif request.mode == "many":
+            result = {
+                "items": parse_and_chunk_many(
+                    request.items,
+                    Path(request.out),
+                    request.version,
+                    request.chunking,
+                    request.limits.max_characters,
+                    request.max_chunks,
+                )
+            }
         else:
             total = chunk_sections(
                 Path(request.path),

@@ -52,6 +52,7 @@ class TaskType(StrEnum):
     AGENT_TASK = "AGENT_TASK"
     REPORT_GENERATE = "REPORT_GENERATE"
     DOCUMENT_DELETE = "DOCUMENT_DELETE"
+    DOCUMENT_BATCH_IMPORT = "DOCUMENT_BATCH_IMPORT"
 
     def task_name(self, suffix: str) -> str:
         """A task id of this type before the deployment prefix: every id this code makes

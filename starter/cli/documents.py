@@ -9,6 +9,7 @@ answers, and opens the index here only when nobody holds it. With QDRANT_URL, al
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -81,18 +82,31 @@ async def _via_api(settings: Settings, method: str, path: str, **params: Any) ->
 
 
 async def _import(args: argparse.Namespace, settings: Settings) -> int:
-    missing = [str(p) for p in args.paths if not p.is_file()]
+    missing = [str(p) for p in args.paths if not (p.is_file() or p.is_dir())]
     if missing:
-        print(f"error: not a file: {', '.join(missing)}", file=sys.stderr)
+        print(f"error: not a file or folder: {', '.join(missing)}", file=sys.stderr)
         return 1
-    if args.document_id and len(args.paths) > 1:
+    folders = any(p.is_dir() for p in args.paths)
+    if args.document_id and (len(args.paths) > 1 or folders):
         print("error: --document-id needs exactly one file", file=sys.stderr)
+        return 1
+    if args.title and folders:
+        print(
+            "error: --title names one document; a folder's are named by their files",
+            file=sys.stderr,
+        )
         return 1
     meta = DocumentMetadata(
         title=args.title,
         tags=[t.strip() for t in args.tags.split(",") if t.strip()],
         owner=args.owner,
     )
+    if folders:
+        # A folder is one batch task: its documents in groups, one progress line.
+        from starter.cli import folder_import
+
+        named = await asyncio.to_thread(folder_import.collect, args.paths)
+        return await folder_import.run(args, settings, named, meta)
     if await api_answers(settings):
         return await _import_through_api(args, settings, meta)
     # Nobody serves the API: store the files here, where the workers must see them too.

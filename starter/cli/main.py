@@ -173,20 +173,31 @@ def _add_import(sub: Any) -> None:
     i = add_command(
         sub,
         "import",
-        "store files and start one import per file",
+        "store files and start one import per file (a folder: one batch task)",
         epilog=exit_codes(
             (
                 1,
-                "a PATH is not a file, or --document-id with several PATHs (nothing is "
-                "imported); the API refused a file (the others are imported); with --follow: "
-                "an import did not complete",
+                "a PATH is neither a file nor a folder, or --document-id with several PATHs "
+                "or a folder, or --title with a folder (nothing is imported); the API refused "
+                "a file (the others are imported); with --follow: an import did not complete "
+                "(a folder's: a document failed, or the batch did not complete)",
             )
         ),
     )
     i.add_argument(
-        "paths", nargs="+", type=Path, metavar="PATH", help="a file to import (one document each)"
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a file to import (one document each), or a folder: every file in it and its "
+        "subfolders (hidden ones skipped), one document each, imported as ONE batch task "
+        "(with the files named too)",
     )
-    i.add_argument("--follow", action="store_true", help="show progress until all finish")
+    i.add_argument(
+        "--follow",
+        action="store_true",
+        help="show progress until all finish (a folder: one line, N of M documents)",
+    )
     i.add_argument(
         "--json",
         action="store_true",

@@ -9,7 +9,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledgeops.observability import metrics
-from starter.http import admin, agent, cards, documents, reports, tasks, webhooks
+from starter.http import (
+    admin,
+    agent,
+    cards,
+    document_batches,
+    documents,
+    reports,
+    tasks,
+    webhooks,
+)
 from starter.http.access import BrowserGuard, CallerDep
 from starter.http.errors import error_response, install_error_handlers, problem_responses
 from starter.http.openapi import install_openapi
@@ -51,23 +60,28 @@ class RequestMetrics:
 
 class BodyLimit:
     """One request-size limit for every route, applied while the body is read and before any
-    parsing or authentication: uploads (POST `upload_path`) up to `upload_max`, any other body
+    parsing or authentication: uploads (POST to an `upload_paths`: one file, or a batch of
+    files) up to `upload_max`, any other body
     up to `request_max`. Refused from Content-Length when declared, else by counting the body as
     it streams in (chunked), always with 413."""
 
     def __init__(
-        self, app: ASGIApp, upload_max: int, request_max: int, upload_path: str = "/v1/documents"
+        self,
+        app: ASGIApp,
+        upload_max: int,
+        request_max: int,
+        upload_paths: tuple[str, ...] = ("/v1/documents", "/v1/document-batches"),
     ) -> None:
         self.app = app
         self.upload_max = upload_max
         self.request_max = request_max
-        self.upload_path = upload_path
+        self.upload_paths = upload_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        upload = scope["method"] == "POST" and scope["path"] == self.upload_path
+        upload = scope["method"] == "POST" and scope["path"] in self.upload_paths
         limit = self.upload_max + UPLOAD_OVERHEAD if upload else self.request_max
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
@@ -137,6 +151,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)
     app.include_router(documents.router)
+    app.include_router(document_batches.router)
     app.include_router(cards.router)
     app.include_router(tasks.router)
     app.include_router(agent.router)

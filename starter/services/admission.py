@@ -27,6 +27,10 @@ CACHE_SECONDS = 2.0
 RETRY_AFTER_SECONDS = 30
 
 
+def _in(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(json.dumps(v) for v in values) + ")"
+
+
 class BacklogFullError(RuntimeError):
     """New imports are refused until the backlog drains (429 with Retry-After at the API)."""
 
@@ -42,10 +46,9 @@ class Admission:
         self._lock = asyncio.Lock()
 
     async def _measure(self) -> int:
-        query = (
-            f'{TASK_TYPE_SEARCH_ATTRIBUTE.name} = "{TaskType.DOCUMENT_IMPORT.value}" '
-            'AND ExecutionStatus = "Running"'
-        )
+        # A batch import's memo holds the bytes of all its files.
+        types = (TaskType.DOCUMENT_IMPORT.value, TaskType.DOCUMENT_BATCH_IMPORT.value)
+        query = f'{TASK_TYPE_SEARCH_ATTRIBUTE.name} IN {_in(types)} AND ExecutionStatus = "Running"'
         if self.settings.prefix:
             query += f" AND WorkflowId STARTS_WITH {json.dumps(self.settings.prefix)}"
         total = 0

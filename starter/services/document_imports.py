@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import hashlib
 
-from knowledgeops.registry.task_types import EXPRESS_PRIORITY
+from knowledgeops.contracts.document_batch import import_task_name
+from knowledgeops.documents.import_priority import (
+    LARGE_IMPORT_PRIORITY,
+    MEDIUM_IMPORT_BYTES,
+    MEDIUM_IMPORT_PRIORITY,
+    SMALL_IMPORT_PRIORITY,
+    import_priority,
+)
 
-# Temporal priority keys (1 = first; unset = 3) of imports by file size.
-SMALL_IMPORT_PRIORITY, MEDIUM_IMPORT_PRIORITY, LARGE_IMPORT_PRIORITY = EXPRESS_PRIORITY, 2, 3
-MEDIUM_IMPORT_BYTES = 1024 * 1024
-
-
-def import_priority(size: int, small_bytes: int) -> int:
-    """Small documents ahead of medium ones ahead of big ones: a one-page upload never waits
-    behind a bulk import's backlog, and a 100-page report not behind 2 MB dumps."""
-    if size <= small_bytes:
-        return SMALL_IMPORT_PRIORITY
-    return MEDIUM_IMPORT_PRIORITY if size <= MEDIUM_IMPORT_BYTES else LARGE_IMPORT_PRIORITY
+__all__ = [
+    "LARGE_IMPORT_PRIORITY",
+    "MEDIUM_IMPORT_BYTES",
+    "MEDIUM_IMPORT_PRIORITY",
+    "SMALL_IMPORT_PRIORITY",
+    "derive_document_id",
+    "import_priority",
+    "import_task_name",
+]
 
 
 def derive_document_id(file_id: str, owner: str | None = None) -> str:
@@ -27,9 +32,3 @@ def derive_document_id(file_id: str, owner: str | None = None) -> str:
     if owner is None:
         return "doc-" + file_id[:32]
     return "doc-" + hashlib.sha256(f"{owner}\x00{file_id}".encode()).hexdigest()[:32]
-
-
-def import_task_name(document_id: str) -> str:
-    """The one task id of a document's imports (before the deployment prefix): it serialises
-    imports of the document."""
-    return f"import-{document_id}"

@@ -340,7 +340,14 @@ class DocumentService:
             owner=owner,
             filename=filename,
         )
-        if task is not None and not task.finished:
+        # A batch import (a folder's) goes on with its other documents; the delete task waits
+        # until it is past this one (its row says `deleting`, so the batch leaves it alone).
+        running = (
+            task is not None
+            and not task.finished
+            and task.task_type != TaskType.DOCUMENT_BATCH_IMPORT.value
+        )
+        if running:
             # Now, not when the delete task runs: a queued import then never starts, and a
             # running one stops at its next heartbeat. (The task waits for it to close.)
             with contextlib.suppress(TaskFinishedError):
@@ -352,7 +359,7 @@ class DocumentService:
             DocumentDeletePayload(
                 document_id=document_id,
                 import_task_id=import_task_id,
-                import_running=task is not None and not task.finished,
+                import_running=running,
                 file_id=file_id,
                 owner=owner,
                 actor=actor,

@@ -70,8 +70,8 @@ def _is_workflow(cls: type) -> bool:
 
 def test_every_task_type_is_registered() -> None:
     assert set(REGISTRY) == set(TaskType)
-    # The product's twelve and the document delete.
-    assert len(REGISTRY) == 13
+    # The product's twelve, the document delete and the batch import (a folder).
+    assert len(REGISTRY) == 14
 
 
 @pytest.mark.parametrize("task_type", list(TaskType))
@@ -138,6 +138,7 @@ def test_activity_refs_match_their_implementations() -> None:
 WORKFLOW_QUEUES = {
     "DocumentImport": "knowledgeops-ingest",
     "DocumentDelete": "knowledgeops-ingest",
+    "DocumentBatchImport": "knowledgeops-ingest",
     "OcrProcess": "knowledgeops-ingest",
     "EmbeddingGenerate": "knowledgeops-ingest",
     "IndexingUpsert": "knowledgeops-ingest",

@@ -8,6 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
+from knowledgeops.contracts.document_batch import (
+    IMPORT_GROUP,
+    SETTLE_BATCH,
+    DocumentBatchPayload,
+    DocumentBatchResult,
+)
 from knowledgeops.contracts.document_delete import (
     DELETE_DOCUMENT_CHUNKS,
     DELETE_DOCUMENT_POINTS,
@@ -146,6 +152,36 @@ SPECS: list[TaskSpec] = [
         ),
         progress_unit="chunks",
         projection="knowledgeops.db.catalogue:DocumentCatalogue",
+    ),
+    TaskSpec(
+        TaskType.DOCUMENT_BATCH_IMPORT,
+        DocumentBatchPayload,
+        TaskQueue.INGEST,
+        "Import many stored files (a folder) as one task: groups of small documents are "
+        "parsed, chunked, embedded, indexed and published together, each still a document of "
+        "its own; bigger files and scans get their own DOCUMENT_IMPORT as child tasks.",
+        execution_timeout=timedelta(hours=48),
+        workflow_name="DocumentBatchImport",
+        workflow_class="workflows.document_batch:DocumentBatchImportWorkflow",
+        result_model=DocumentBatchResult,
+        activities={
+            # A group of documents end to end (one parser job, a few embedding requests, one
+            # index write, one database transaction); the heartbeat carries its stage.
+            IMPORT_GROUP.name: ActivityOptions(
+                start_to_close=timedelta(hours=1),
+                # Beats every second; a dead worker's group is retried elsewhere this soon.
+                heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=_retry(5, initial=2.0),
+            ),
+            # A failed or cancelled batch: its documents still importing are settled.
+            SETTLE_BATCH.name: ActivityOptions(
+                start_to_close=timedelta(minutes=30),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=_retry(10),
+            ),
+        },
+        activity_classes=("activities.document_batch:BatchImportActivities",),
+        progress_unit="documents",
     ),
     TaskSpec(
         TaskType.DOCUMENT_DELETE,
