@@ -5,10 +5,11 @@ what to run before resolving a change that touches the import or search path.
     .venv/bin/python -m bench.compare --against HEAD~3 --only ingest_instant small_docs
 
 The earlier commit is checked out into a temporary worktree (removed afterwards) and measured
-with *this* tree's bench/ copied over its own, so both sides run the same measuring code and
-differ only in the product. Figures alternate (earlier, working tree, earlier, ...) so a
-machine that drifts over minutes weighs on both alike. A ratio is working tree / earlier for
-rates (above 1: faster now) and earlier / working tree for latencies (the same reading).
+with *this* tree's bench/ (and the embedding server the benchmarks run, INSTRUMENTS) copied
+over its own, so both sides run the same measuring code and differ only in the product.
+Figures alternate (earlier, working tree, earlier, ...) so a machine that drifts over minutes
+weighs on both alike. A ratio is working tree / earlier for rates (above 1: faster now) and
+earlier / working tree for latencies (the same reading).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import ROOT
+
+# Measuring apparatus outside bench/: the OpenAI-compatible server the benchmarks embed with.
+# An older copy would charge the earlier commit for the instrument's own delays (one had
+# Nagle's algorithm on: ~40 ms a request, most of an API search's time then).
+INSTRUMENTS = ("tests/helpers/fake_openai.py",)
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ FIGURES = (
     ),
     Figure(
         "search_p95",
-        ("bench.search_latency", "--docs", "20", "--paragraphs", "500"),
+        ("bench.search_latency", "--docs", "20", "--paragraphs", "370"),
         r"API hybrid: p50 [\d.]+ ms, p95 ([\d.]+) ms",
         "ms",
         higher_is_better=False,
@@ -86,7 +92,8 @@ def measure(figure: Figure, tree: Path, log: Path) -> float | None:
 
 @contextmanager
 def worktree(commit: str) -> Iterator[Path]:
-    """`commit` checked out in a temporary folder, with this tree's bench/ over its own."""
+    """`commit` checked out in a temporary folder, with this tree's bench/ and INSTRUMENTS over
+    its own."""
     folder = Path(tempfile.mkdtemp(prefix="ko-compare-"))
     path = folder / "tree"
     subprocess.run(
@@ -97,6 +104,8 @@ def worktree(commit: str) -> Iterator[Path]:
     try:
         shutil.rmtree(path / "bench")
         shutil.copytree(ROOT / "bench", path / "bench", ignore=shutil.ignore_patterns("results"))
+        for name in INSTRUMENTS:
+            shutil.copyfile(ROOT / name, path / name)
         yield path
     finally:
         subprocess.run(

@@ -1,7 +1,7 @@
 """Search latency through the HTTP API at a fixed size, beside the index's own time for the
 same queries: how much the API adds to what the engine costs.
 
-    .venv/bin/python -m bench.search_latency --docs 20 --paragraphs 500 [--local]
+    .venv/bin/python -m bench.search_latency --docs 20 --paragraphs 370 [--local]
 
 Documents (generated, half owned by `alice`) are imported through the system with an instant
 embedding server (`--local`: the local model, the default provider, for imports and queries);
@@ -132,7 +132,7 @@ def report(label: str, api: list[float], engine: list[float], embedding: list[fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--docs", type=int, default=20)
-    ap.add_argument("--paragraphs", type=int, default=500, help="per document (~1 chunk each)")
+    ap.add_argument("--paragraphs", type=int, default=370, help="per document (~0.27 chunks each)")
     ap.add_argument("--queries", type=int, default=80)
     ap.add_argument(
         "--local", action="store_true", help="the local embedding model, not an instant server"

@@ -1,8 +1,10 @@
 """Token-aware chunking of parsed sections into the chunk store (the chunk step).
 
-The splitters cut a section into pieces of at most the chunk size; a piece that would be too
-small to be worth searching (a heading alone, "1.", half a phrase) is merged into a neighbour
-here, and every chunk records the heading path search indexes with it (`Chunk.context`).
+A section is cut into pieces of at most the chunk size at content-defined breaks (boundaries.py:
+an edit moves only the cuts near it, so an edited document re-embeds few chunks); a piece that
+would be too small to be worth searching (a heading alone, "1.", half a phrase) is merged into
+a neighbour here, and every chunk records the heading path search indexes with it
+(`Chunk.context`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from semantic_text_splitter import MarkdownSplitter, TextSplitter
 from knowledgeops.contracts.document_import import ChunkingOptions
 from knowledgeops.errors import DocumentError
 from knowledgeops.files.chunk_store import ChunkWriter, index_text_of
+from knowledgeops.ingest.boundaries import ContentDefinedSplitter
 from knowledgeops.ingest.parsing import Section
 from knowledgeops.ingest.sections import read_sections, with_ocr_pages
 
@@ -48,14 +51,23 @@ def content_hash(text: str) -> str:
 
 @dataclass
 class Splitters:
+    """The text splitters (token-aware; they judge every chunk's size and cut what is too long
+    for one at its sentences) and the chunk size they were built for."""
+
     text: TextSplitter
     markdown: MarkdownSplitter
+    tokens: int
 
     @classmethod
     def create(cls, options: ChunkingOptions) -> Splitters:
         return _splitters(
             options.chunk_tokens, min(options.overlap_tokens, options.chunk_tokens - 1)
         )
+
+    def sections(self, markdown: bool) -> ContentDefinedSplitter:
+        """What cuts a section into chunks."""
+        splitter = self.markdown if markdown else self.text
+        return ContentDefinedSplitter(splitter, self.tokens, markdown)
 
 
 @functools.lru_cache(maxsize=4)
@@ -65,6 +77,7 @@ def _splitters(tokens: int, overlap: int) -> Splitters:
     return Splitters(
         text=TextSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens, overlap),
         markdown=MarkdownSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens, overlap),
+        tokens=tokens,
     )
 
 
@@ -207,7 +220,7 @@ class _Merger:
 
 def write_chunks(
     sections: Iterable[Section],
-    splitter: TextSplitter | MarkdownSplitter,
+    splitter: ContentDefinedSplitter,
     writer: ChunkWriter,
     max_chunks: int | None = None,
 ) -> None:
@@ -244,12 +257,7 @@ def chunk_sections(
         sections = read_sections(sections_file)
         if ocr is not None:
             sections = with_ocr_pages(sections, *ocr)
-        write_chunks(
-            sections,
-            splitters.markdown if markdown else splitters.text,
-            writer,
-            max_chunks,
-        )
+        write_chunks(sections, splitters.sections(markdown), writer, max_chunks)
         if writer.count == 0:
             raise DocumentError(
                 "EmptyDocument",

@@ -7,6 +7,7 @@ Anything wrong with the file itself raises `DocumentError` with a message a user
 from __future__ import annotations
 
 import codecs
+import hashlib
 import logging
 import zipfile
 from collections.abc import Iterator
@@ -62,14 +63,31 @@ def _read_text_blocks(path: Path, filename: str) -> Iterator[str]:
                 if text:
                     yield text
                 return
-            cut = text.rfind("\n\n")
-            if cut < len(text) // 2:
-                cut = text.rfind("\n")
+            cut = _block_end(text)
             if cut <= 0:
                 carry = text
                 continue
             yield text[: cut + 1]
             carry = text[cut + 1 :]
+
+
+def _block_end(text: str) -> int:
+    """Where a block ends: at the paragraph break in its second half with the highest hash of
+    the text after it (a line break if it has none there; the last line break if none at all).
+    Chosen by the text around it, not as the last break before the block size: then a paragraph
+    inserted near the start of a big file does not move every later block's end, and with it
+    the chunks on either side of each (the embedding cache keys on their text)."""
+    for sep in ("\n\n", "\n"):
+        best, cut = b"", -1
+        at = text.find(sep, len(text) // 2)
+        while at != -1:
+            key = hashlib.blake2b(text[at : at + 64].encode(), digest_size=8).digest()
+            if key > best:
+                best, cut = key, at
+            at = text.find(sep, at + len(sep))
+        if cut != -1:
+            return cut
+    return text.rfind("\n")
 
 
 def parse_text(path: Path, filename: str) -> Iterator[Section]:

@@ -3,6 +3,7 @@ what became of them."""
 
 from __future__ import annotations
 
+import random
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,25 @@ def numbered_paragraphs(n: int, words: int = 40) -> str:
         body = " ".join(vocab[(i * 7 + j * 3) % len(vocab)] for j in range(words))
         paras.append(f"Paragraph {i} of the generated corpus. {body}.")
     return "\n\n".join(paras) + "\n"
+
+
+def varied_paragraphs(n: int, seed: int = 0) -> list[str]:
+    """n unique paragraphs of 20 to 160 words, as a real document's vary (seeded)."""
+    rng = random.Random(seed)
+    vocab = "river forest mountain cloud engine signal garden theory market harbor".split()
+    vocab += "sediment delta crane lane bridge tide valley glacier spring meadow".split()
+    return [
+        f"Paragraph {i}: " + " ".join(rng.choice(vocab) for _ in range(rng.randint(20, 160))) + "."
+        for i in range(n)
+    ]
+
+
+def edited_copy(paragraphs: list[str]) -> list[str]:
+    """The paragraphs with one inserted near the start and the middle one rewritten."""
+    edited = list(paragraphs)
+    edited[len(edited) // 2] = "A rewritten paragraph about harbour cranes and shipping lanes."
+    edited.insert(3, "An inserted paragraph about river deltas and the sediment they carry.")
+    return edited
 
 
 def write_pdf(path: Path, pages: list[str], *, password: str | None = None) -> Path:

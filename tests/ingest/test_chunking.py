@@ -85,9 +85,8 @@ def chunk_file(tmp_path: Path, name: str, text: str, options: ChunkingOptions) -
 def chunk_list(
     tmp_path: Path, sections: list[Section], options: ChunkingOptions, markdown: bool = False
 ) -> list[Chunk]:
-    splitters = Splitters.create(options)
     writer = ChunkWriter(tmp_path / "c", "doc", "v1")
-    write_chunks(sections, splitters.markdown if markdown else splitters.text, writer)
+    write_chunks(sections, Splitters.create(options).sections(markdown), writer)
     writer.commit()
     return ChunkReader(tmp_path / "c", "doc", "v1").read(0, 10_000)
 
@@ -155,7 +154,10 @@ def test_markdown_headings_travel_with_the_text_under_them(tmp_path: Path) -> No
     # Nothing the splitter made is lost: each of its pieces is inside some chunk.
     assert all(any(p in c.text for c in chunks) for p in raw)
     # A chunk that continues a section under its heading gets the path as context.
-    continued = [c for c in chunks if not visible(c.text).startswith(c.heading.split(" > ")[-1])]
+    assert all(c.heading for c in chunks)
+    continued = [
+        c for c in chunks if not visible(c.text).startswith((c.heading or "").split(" > ")[-1])
+    ]
     assert continued and all(c.context == c.heading for c in continued)
 
 
@@ -304,7 +306,7 @@ def test_chunking_streams_section_by_section(tmp_path: Path) -> None:
             behind.append(n - writer.count)
             yield Section(f"Section {n}. " + _page(n % 9, 1), heading=f"Part {n}")
 
-    write_chunks(sections(), splitters.text, writer)
+    write_chunks(sections(), splitters.sections(markdown=False), writer)
     writer.commit()
     assert writer.count == 40 and max(behind) <= 1
 

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from knowledgeops.config.settings import Settings
-from tests.helpers.documents import numbered_paragraphs
+from tests.helpers.documents import edited_copy, numbered_paragraphs, varied_paragraphs
 from tests.helpers.environment import openai_settings, running_env
 from tests.helpers.fake_openai import FakeOpenAI
 
@@ -71,3 +71,31 @@ async def test_no_text_is_embedded_twice(
         # Every document is whole in the index.
         for doc, result in (("a", again), ("a-edited", copy), ("b", other), ("a2", dup)):
             assert await env.points(doc) == result["total_chunks"]
+
+
+async def test_an_edited_copy_pays_for_the_chunks_near_its_edits(
+    settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Issue 29's edit through the import, at the default chunk size: a copy of a 1,200-paragraph
+    document with one paragraph inserted near the start and the middle one rewritten. Chunk
+    boundaries follow the text, so the copy's other chunks are the original's, embeddings and
+    all (greedy packing re-cut every chunk after the insertion until it realigned: 7 here)."""
+    paragraphs = varied_paragraphs(1200)
+    (tmp_path / "long.txt").write_text("\n\n".join(paragraphs) + "\n")
+    (tmp_path / "long-edited.txt").write_text("\n\n".join(edited_copy(paragraphs)) + "\n")
+    default = openai_settings(settings, fake_openai, chunk_tokens=512, chunk_overlap=64)
+    async with running_env(default) as env:
+        results = []
+        for name, doc in (("long.txt", "long"), ("long-edited.txt", "long-edited")):
+            ref = await env.documents.import_file(tmp_path / name, document_id=doc)
+            st = await env.service.wait(ref.task_id, timeout=WAIT)
+            assert st.status == "completed" and st.result is not None, st.last_error
+            results.append(st.result)
+        first, copy = results
+        assert first["embedded"] == first["total_chunks"] > 200
+        print(f"\nedited copy: embedded={copy['embedded']} of {copy['total_chunks']}")
+        assert copy["embedded"] <= 4
+        assert copy["reused"] == copy["total_chunks"] - copy["embedded"]
+        # Counted by the server that was billed, not by the import's own report.
+        assert fake_openai.embedded_count() == first["embedded"] + copy["embedded"]
+        assert await env.points("long-edited") == copy["total_chunks"]
