@@ -32,6 +32,9 @@ class IndexBase:
     def __init__(self, engine: Engine, *, threads: int = 4) -> None:
         self.engine = engine
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="index")
+        # Searches (and the lookups before them) on threads of their own: behind a bulk
+        # import's queue of writes on the others, a search waited for them (bench.import_at_scale).
+        self._query_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="index-query")
         self._closers: list[Callable[[], None]] = []
         # Collection -> the tokenization its keyword vectors were made with (fixed for its
         # life, so read once).
@@ -49,7 +52,12 @@ class IndexBase:
         for fn in reversed(self._closers):
             fn()
         self._threads.shutdown(wait=True)
+        self._query_threads.shutdown(wait=True)
         self.engine.close()
+
+    async def _query(self, fn: Callable[..., T], *args: Any) -> T:
+        """A read a search waits for, on the query threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._query_threads, fn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -74,7 +82,7 @@ class IndexBase:
         return await self._run(self.engine.collections)
 
     async def exists(self, collection: str) -> bool:
-        return await self._run(self.engine.exists, collection)
+        return await self._query(self.engine.exists, collection)
 
     async def ensure(self, collection: str, dimension: int) -> None:
         kind = kind_of(collection)
@@ -88,13 +96,13 @@ class IndexBase:
         return await self._run(self.engine.drop, collection)
 
     async def alias_target(self, alias: str) -> str | None:
-        return await self._run(self.engine.alias, alias)
+        return await self._query(self.engine.alias, alias)
 
     async def set_alias(self, alias: str, collection: str | None) -> None:
         await self._run(self.engine.set_alias, alias, collection)
 
     async def metadata(self, collection: str) -> dict[str, Any]:
-        return await self._run(self.engine.metadata, collection)
+        return await self._query(self.engine.metadata, collection)
 
     async def set_metadata(self, collection: str, metadata: dict[str, Any]) -> None:
         """Replace a collection's metadata; a chunks collection's tokenization stays recorded

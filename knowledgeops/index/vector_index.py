@@ -276,9 +276,9 @@ class VectorIndex(IndexBase):
         scope = scope or Scope()
         if scope.document_ids is not None and not scope.document_ids:
             return []
-        # One trip to the index's thread for all of it: each trip is a thread hop and a wake-up
-        # of the event loop, which cost more than the checks they ran (bench.search_latency).
-        return await self._run(self._search, collection, limit, vector, text, mode, scope)
+        # One trip to a query thread for all of it: each trip is a thread hop and a wake-up of
+        # the event loop, which cost more than the checks they ran (bench.search_latency).
+        return await self._query(self._search, collection, limit, vector, text, mode, scope)
 
     def _search(
         self,

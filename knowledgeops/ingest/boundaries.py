@@ -68,18 +68,42 @@ _LONG_WORDS = re.compile(r"[A-Za-z]{7,}")
 _OTHER_WORDS = re.compile(f"[^\\W\\d_A-Za-z{CJK_CHARS}]+")
 
 
+def _class_table(pattern: re.Pattern[str]) -> bytes:
+    """A bytes.translate table: the ASCII characters `pattern` matches to b"x", the rest to a
+    space, so the pattern's runs in ASCII text are the words bytes.split() finds."""
+    return bytes(ord("x") if pattern.fullmatch(chr(c)) else ord(" ") for c in range(256))
+
+
+_LETTERS = _class_table(re.compile(r"[A-Za-z]"))
+_DIGITS = _class_table(re.compile(r"\d"))
+_PUNCTUATION = _class_table(re.compile(r"[^\w\s]"))
+
+
 def estimate(text: str) -> int:
     """About how many tokens `text` is, in 240ths (the splitter checks every chunk's size)."""
+    if text.isascii():
+        return _ascii_estimate(text.encode())
     long_words = _LONG_WORDS.findall(text)
     total = (
         288 * len(_SYMBOLS.findall(text))
         + 240 * len(_WORDS.findall(text))
         + 15 * (sum(map(len, long_words)) - 6 * len(long_words))
     )
-    if not text.isascii():
-        total += 312 * len(_CJK.findall(text))
-        total += sum(max(240, 80 * len(w)) for w in _OTHER_WORDS.findall(text))
+    total += 312 * len(_CJK.findall(text))
+    total += sum(max(240, 80 * len(w)) for w in _OTHER_WORDS.findall(text))
     return total
+
+
+def _ascii_estimate(data: bytes) -> int:
+    """estimate() of ASCII text, the same number from runs of a class of characters (one
+    translate and split each): the regular expressions cost ~25 us per 2,000 characters each,
+    and estimating was a third of chunking (profiled at 50,000 chunks)."""
+    words = [len(w) for w in data.translate(_LETTERS).split()]
+    long_letters = sum(n - 6 for n in words if n > 6)
+    # \d{1,3} takes a run of digits three at a time; [^\w\s]+ takes a run whole.
+    digit_groups = sum((len(d) + 2) // 3 for d in data.translate(_DIGITS).split())
+    symbols = digit_groups + len(data.translate(_PUNCTUATION).split())
+    return 288 * symbols + 240 * len(words) + 15 * long_letters
 
 
 def _score(text: str, strength: int) -> int:
@@ -106,18 +130,29 @@ class ContentDefinedSplitter:
     """Cuts a section's text into chunk-sized pieces at content-defined breaks; the same
     interface as the text splitter's `chunk_indices`."""
 
-    def __init__(self, splitter: TextSplitter | MarkdownSplitter, tokens: int, markdown: bool):
+    def __init__(
+        self,
+        splitter: TextSplitter | MarkdownSplitter,
+        tokens: int,
+        markdown: bool,
+        judge: TextSplitter | MarkdownSplitter | None = None,
+    ):
         self.splitter = splitter
+        # Whether a span fits is the same question with or without overlap, and a splitter
+        # without it answers it in two thirds of the time (measured): `judge`, if given.
+        self.judge = judge or splitter
         self.tokens = tokens
         self.markdown = markdown
         self.limit = tokens * PER_TOKEN  # a chunk's size in the estimate's units
         # The splitter's pieces of the last span found too long: a paragraph of one line too
         # long for a chunk is cut into them next, so it is not split twice.
         self._too_long: tuple[int, int, list[tuple[int, str]]] | None = None
+        # The last span found to fit: a share found to fit is packed next, which asks again.
+        self._fitting: tuple[int, int] | None = None
 
     def chunk_indices(self, text: str) -> list[tuple[int, str]]:
         """(offset, text) of each piece, in order; trimmed, as the splitter's pieces are."""
-        self._too_long = None
+        self._too_long = self._fitting = None
         # Tokens average under ten characters in any text but padding: a longer text is not
         # estimated (a pass over up to a megabyte) only to be split anyway.
         if len(text) <= 10 * SURELY_TOO_LONG * self.tokens and self._fits(
@@ -218,8 +253,12 @@ class ContentDefinedSplitter:
         """Whether the splitter would leave text[start:end] whole (within the token limit)."""
         if size > SURELY_TOO_LONG * self.limit:
             return False
-        pieces = self.splitter.chunk_indices(text[start:end])
-        if len(pieces) > 1:
+        if self._fitting == (start, end):
+            return True
+        pieces = self.judge.chunk_indices(text[start:end])
+        if len(pieces) <= 1:
+            self._fitting = (start, end)
+        elif self.judge is self.splitter:
             self._too_long = (start, end, pieces)
         return len(pieces) <= 1
 

@@ -57,6 +57,9 @@ class Splitters:
     text: TextSplitter
     markdown: MarkdownSplitter
     tokens: int
+    # The same without overlap: what judges whether a span fits (boundaries.py).
+    text_judge: TextSplitter
+    markdown_judge: MarkdownSplitter
 
     @classmethod
     def create(cls, options: ChunkingOptions) -> Splitters:
@@ -66,19 +69,25 @@ class Splitters:
 
     def sections(self, markdown: bool) -> ContentDefinedSplitter:
         """What cuts a section into chunks."""
-        splitter = self.markdown if markdown else self.text
-        return ContentDefinedSplitter(splitter, self.tokens, markdown)
+        if markdown:
+            return ContentDefinedSplitter(self.markdown, self.tokens, True, self.markdown_judge)
+        return ContentDefinedSplitter(self.text, self.tokens, False, self.text_judge)
 
 
 @functools.lru_cache(maxsize=4)
 def _splitters(tokens: int, overlap: int) -> Splitters:
     # Built once per (size, overlap) in a warm parser process: loading the vocabulary took
     # ~60 ms, longer than chunking a one-page document (profiled).
-    return Splitters(
-        text=TextSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens, overlap),
-        markdown=MarkdownSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens, overlap),
-        tokens=tokens,
-    )
+    text = TextSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens, overlap)
+    markdown = MarkdownSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens, overlap)
+    if overlap:
+        judges = (
+            TextSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens),
+            MarkdownSplitter.from_tiktoken_model(TOKENIZER_MODEL, tokens),
+        )
+    else:
+        judges = (text, markdown)
+    return Splitters(text, markdown, tokens, *judges)
 
 
 def headings_only(text: str) -> bool:
