@@ -1,15 +1,20 @@
 """A folder of one-paragraph notes as one batch task, beside the same kind of notes through the
-per-document path, in one `knowledgeops dev` process, with an embedding server that answers at
-once (the tests' fake OpenAI-compatible server).
+per-document path, and (`--mixed`) a folder of mixed real files as one batch task, in one
+`knowledgeops dev` process, with an embedding server that answers at once (the tests' fake
+OpenAI-compatible server).
 
-    .venv/bin/python -m bench.folder_import [--docs 10000] [--per-document 1000]
+    .venv/bin/python -m bench.folder_import [--docs 10000] [--per-document 1000] [--mixed N]
 
 Per-document: `--per-document` notes uploaded one by one through the HTTP API (8 clients, as
 bench.small_docs), each its own DOCUMENT_IMPORT. Folder: `--docs` notes written to a folder and
 sent as `knowledgeops import DIR` sends them (one multipart request, then one
-DOCUMENT_BATCH_IMPORT). Documents/s end to end = from the first byte sent to the last import
-completed (as Temporal records it). Prints both, the embedding requests each made, and the
-batch's own counts. Asserts nothing.
+DOCUMENT_BATCH_IMPORT). Mixed (skipped unless `--mixed N`, e.g. 10000): N files written by
+bench.mixed_files (40% markdown notes, 25% plain text, 20% HTML pages, 15% PDFs of 1-3 pages)
+into subfolders, sent the same way; writing them is timed and printed on its own, never part
+of the rate. Documents/s end to end = from the first byte sent to the last import completed
+(as Temporal records it). Prints each rate, the embedding requests each made, and the batch's
+own counts (for mixed files also per kind, the child imports the batch started, and the first
+failures with their reasons). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -20,22 +25,28 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import httpx
 
 from bench.common import bench_settings, running_process
+from bench.mixed_files import write_mixed
 from bench.small_docs import upload_all
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.runtime.temporal import connect
 from starter.cli import folder_import
 from starter.dev_server import free_port, port_in_use
+from starter.services.document_batches import BatchAccepted, BatchView
 from tests.helpers.fake_openai import FakeOpenAI
 
 _FOLDER_NOTE = "Folder note {i}: card {i} is due in {d} days; spacing reviews beats cramming.\n"
 _IMPORTS = 'TaskType = "DOCUMENT_IMPORT"'
+# Failures of the mixed folder printed with their reasons (all are counted).
+_FAILURES_SHOWN = 5
 
 
 async def per_document(settings: Settings, docs: int) -> float:
@@ -61,12 +72,23 @@ async def per_document(settings: Settings, docs: int) -> float:
     return rate
 
 
-async def folder(settings: Settings, docs: int, root: Path) -> float:
-    """Documents/s of a folder of `docs` notes sent as `knowledgeops import DIR` sends it."""
-    for i in range(docs):
-        sub = root / f"week-{i % 50:02d}"
-        sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"note-{i:05d}.md").write_text(_FOLDER_NOTE.format(i=i, d=i % 30 + 1))
+@dataclass
+class Imported:
+    """A folder's batch once it has closed, and how long it took."""
+
+    batch: BatchAccepted
+    view: BatchView
+    submitted: float  # seconds to send the request and store the files (the API's answer)
+    seconds: float  # first byte sent to the batch's close, as Temporal records it
+    children: int  # its bigger files' and scans' own imports (child DOCUMENT_IMPORTs)
+
+    @property
+    def rate(self) -> float:
+        return self.view.imported / self.seconds
+
+
+async def import_folder(settings: Settings, root: Path) -> Imported:
+    """A folder sent as `knowledgeops import DIR` sends it, followed until its batch closes."""
     named = folder_import.collect([root])
     temporal = await connect(settings)
     started = time.perf_counter()
@@ -79,14 +101,68 @@ async def folder(settings: Settings, docs: int, root: Path) -> float:
     assert desc.close_time is not None
     seconds = (desc.close_time - first_sent).total_seconds()
     async with httpx.AsyncClient(base_url=settings.resolved_api_url, timeout=60) as http:
-        view = (await http.get(f"/v1/document-batches/{batch.task_id}")).json()
-    rate = view["imported"] / seconds
-    print(
-        f"folder: {batch.total} notes in one batch ({submitted:.1f} s to send and store), "
-        f"{rate:.1f} documents/s end to end ({seconds:.1f} s); imported {view['imported']}, "
-        f"failed {view['failed']}, chunks {view['chunks']}"
+        r = await http.get(f"/v1/document-batches/{batch.task_id}")
+        r.raise_for_status()
+        view = BatchView.model_validate(r.json())
+    children = await temporal.count_workflows(
+        f'{_IMPORTS} AND ParentWorkflowId = "{batch.task_id}"'
     )
-    return rate
+    return Imported(batch, view, submitted, seconds, children.count)
+
+
+async def folder(settings: Settings, docs: int, root: Path) -> float:
+    """Documents/s of a folder of `docs` notes sent as `knowledgeops import DIR` sends it."""
+    for i in range(docs):
+        sub = root / f"week-{i % 50:02d}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"note-{i:05d}.md").write_text(_FOLDER_NOTE.format(i=i, d=i % 30 + 1))
+    run = await import_folder(settings, root)
+    v = run.view
+    print(
+        f"folder: {run.batch.total} notes in one batch ({run.submitted:.1f} s to send and store), "
+        f"{run.rate:.1f} documents/s end to end ({run.seconds:.1f} s); imported {v.imported}, "
+        f"failed {v.failed}, chunks {v.chunks}"
+    )
+    return run.rate
+
+
+async def mixed(settings: Settings, files: int, root: Path) -> float:
+    """Documents/s of a folder of `files` mixed real files (bench.mixed_files), sent as
+    `knowledgeops import DIR` sends it; writing them is timed apart."""
+    started = time.perf_counter()
+    written = await asyncio.to_thread(write_mixed, root, files)
+    wrote = time.perf_counter() - started
+    each = ", ".join(
+        f"{k} {written.seconds[k] / n * 1000:.1f} ms" for k, n in written.files.items() if n
+    )
+    print(
+        f"mixed: wrote {written.total} files ({sum(written.bytes.values()) / 2**20:.1f} MB) in "
+        f"{wrote:.1f} s, not counted in the rate; each: {each}"
+    )
+    run = await import_folder(settings, root)
+    v = run.view
+    print(
+        f"mixed: {run.batch.total} files in one batch ({run.submitted:.1f} s to send and store), "
+        f"{run.rate:.1f} documents/s end to end ({run.seconds:.1f} s); imported {v.imported}, "
+        f"failed {v.failed}, chunks {v.chunks}, child imports {run.children}"
+        + (f", duplicates {run.batch.duplicates}" if run.batch.duplicates else "")
+    )
+    # The batch counts documents, not kinds: a kind's failures are read from their names.
+    failed = Counter(Path(f.filename).suffix.lstrip(".") for f in v.failures)
+    print(
+        "  kinds: "
+        + ", ".join(
+            f"{k} {n} ({written.bytes[k] / n / 1024:.1f} KB avg"
+            + (f", {failed[k]} failed)" if failed[k] else ")")
+            for k, n in written.files.items()
+            if n
+        )
+    )
+    for f in v.failures[:_FAILURES_SHOWN]:
+        print(f"  failed: {f.filename}: {f.error}")
+    if v.failed > _FAILURES_SHOWN:
+        print(f"  ... and {v.failed - _FAILURES_SHOWN} more failures")
+    return run.rate
 
 
 async def measure(
@@ -101,6 +177,10 @@ async def measure(
     print(f"  embedding: {fake.requests - before} requests")
     if args.per_document:
         print(f"folder / per-document: {batch / single:.1f}x")
+    if args.mixed:
+        before = fake.requests
+        await mixed(settings, args.mixed, tmp / "mixed")
+        print(f"  embedding: {fake.requests - before} requests")
 
 
 def main() -> None:
@@ -108,6 +188,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=10_000, help="notes in the folder")
     ap.add_argument(
         "--per-document", type=int, default=1000, help="notes uploaded one by one (0: skip)"
+    )
+    ap.add_argument(
+        "--mixed", type=int, default=0, help="mixed real files in a second folder (0: skip)"
     )
     ap.add_argument("--keep-log", type=Path, help="copy the dev process's log here")
     args = ap.parse_args()

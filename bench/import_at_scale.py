@@ -1,0 +1,366 @@
+"""Importing a large corpus through the system, with searches through the API all along, beside
+the engine writing the same points alone.
+
+    .venv/bin/python -m bench.import_at_scale                               # ~50,000 chunks
+    .venv/bin/python -m bench.import_at_scale --docs 300 --paragraphs 12200  # ~1,000,000 chunks
+
+A generated corpus (0.274 chunks a paragraph, measured; half the documents owned by `alice`)
+is imported by a worker process embedding with an instant server (the tests' fake, 512
+dimensions): each document submitted as a client would (`DocumentService.import_file`, again a
+second later while the backlog admission refuses it), then Temporal and the worker's parse,
+chunk, embed, upsert and publish steps. Meanwhile: the worker's RSS (peak, and at every 10 % of
+the imports done); one `GET /v1/search?k=10` at a time (80 varied queries in a loop, a pause
+between them); and each import's completion, which gives the chunks/s of every 10 % window and
+overall (first submit to last import completed). The pipeline also writes every vector into
+the embedding cache: that is part of its cost.
+
+The reference, in the same run: the worker stopped, its index opened in this process, every
+point of the live collection read back (vector and payload) and written into a fresh index
+with the same settings, in the upsert step's batches (256 consecutive chunks of one document a
+write: the engine routes a write by document, so mixed batches would cost it more), one write
+at a time, the background builder running as in the worker; only the writes are timed.
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.common import (
+    MemorySampler,
+    bench_settings,
+    mb,
+    temporal_server,
+    worker_process,
+    write_corpus,
+)
+from bench.search_latency import percentiles, queries
+from knowledgeops.config.settings import Settings
+from knowledgeops.contracts.document_import import DocumentMetadata, UpsertRequest
+from knowledgeops.db.database import Database
+from knowledgeops.index.live import live_index
+from knowledgeops.index.opening import open_index
+from knowledgeops.index.points import StoredPoint, point_id
+from knowledgeops.models.embedding import model_id_for
+from knowledgeops.runtime.temporal import connect
+from starter.services.admission import BacklogFullError
+from starter.services.document_models import ImportRef
+from starter.services.documents import DocumentService
+from starter.services.task_models import TaskStatus
+from starter.services.tasks import TaskQueueService
+from tests.helpers.fake_openai import FakeOpenAI
+
+# The upsert step's batch (UPSERT_CHUNKS is started with the request's default).
+UPSERT_BATCH: int = UpsertRequest.model_fields["batch_size"].default
+RSS_TARGET = 3 * 1024**3
+# A refused submission goes again this soon: the admission re-measures the backlog every 2 s,
+# and a client waiting the advertised 30 s could leave the pipeline idle.
+BACKLOG_RETRY_S = 1.0
+
+
+class _Unrecorded(list[str]):
+    """A record that keeps nothing: the fake server keeps every text it embeds (for tests),
+    which would be ~2 GB of this process's memory at 1M chunks."""
+
+    def extend(self, items: Iterable[str], /) -> None:
+        return None
+
+
+def _proc_status(pid: int, key: str) -> int:
+    """A /proc/<pid>/status figure in bytes: VmRSS (resident now), RssAnon (of it, not file
+    pages: the index's mapped files are counted in VmRSS and reclaimable)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+@dataclass
+class Searcher:
+    """One API search at a time until stopped: latencies (ms) of the answered ones, errors."""
+
+    settings: Settings
+    texts: list[str]
+    pause: float
+    times: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    empty: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        base = f"http://127.0.0.1:{self.settings.api_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            i = 0
+            while not stop.is_set():
+                q = self.texts[i % len(self.texts)]
+                i += 1
+                t = time.perf_counter()
+                try:
+                    r = await http.get("/v1/search", params={"q": q, "k": 10})
+                    r.raise_for_status()
+                except httpx.HTTPStatusError as e:
+                    self.errors[f"HTTP {e.response.status_code}: {e.response.text[:120]}"] += 1
+                except httpx.HTTPError as e:
+                    self.errors[f"{type(e).__name__}: {e}"] += 1
+                else:
+                    self.times.append((time.perf_counter() - t) * 1000)
+                    self.empty += not r.json()  # before the first publish: nothing to find
+                await asyncio.sleep(self.pause)  # so the searcher does not take a core itself
+
+    def summary(self) -> str:
+        if not self.times:
+            return f"no answered searches, {sum(self.errors.values())} errors"
+        p50, p95 = percentiles(self.times)
+        return f"p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {max(self.times):.0f} ms"
+
+
+@dataclass
+class Imported:
+    seconds: float  # first submit to last import completed
+    statuses: list[TaskStatus]
+    windows: list[tuple[float, int]]  # (seconds since first submit, chunks done) at each 10 %
+    refused: int  # submissions the backlog admission refused (each went again)
+    catalogue_chunks: int
+    catalogue_ready: int
+    peak_anonymous: int
+
+
+async def submit(documents: DocumentService, path: Path, owner: str) -> tuple[ImportRef, int]:
+    """Start a document's import as a client would: again while the backlog is full."""
+    refused = 0
+    while True:
+        try:
+            meta = DocumentMetadata(owner=owner)
+            return await documents.import_file(path, metadata=meta), refused
+        except BacklogFullError:
+            refused += 1
+            await asyncio.sleep(BACKLOG_RETRY_S)
+
+
+async def import_watched(
+    settings: Settings, files: list[Path], worker_pid: int, searcher: Searcher
+) -> Imported:
+    service = TaskQueueService(await connect(settings), settings)
+    db = await Database.open(settings)
+    documents = DocumentService(service, db, settings)
+    stop = asyncio.Event()
+    searching = asyncio.create_task(searcher.run(stop))
+    # Imports completed at which a line is printed: every 10 % of the documents.
+    marks = {math.ceil(k * len(files) / 10) for k in range(1, 11)}
+    windows: list[tuple[float, int]] = [(0.0, 0)]
+    done = chunks = 0
+    peak_anonymous = 0
+    started = time.perf_counter()
+
+    async def finished(ref: ImportRef) -> TaskStatus:
+        nonlocal done, chunks, peak_anonymous
+        status = await service.wait(ref.task_id)
+        done += 1
+        chunks += (status.result or {}).get("total_chunks", 0)
+        if done in marks:
+            at = time.perf_counter() - started
+            (t0, c0), now = windows[-1], _proc_status(worker_pid, "VmRSS")
+            anonymous = _proc_status(worker_pid, "RssAnon")
+            peak_anonymous = max(peak_anonymous, anonymous)
+            windows.append((at, chunks))
+            print(
+                f"  {done / len(files):4.0%} {done}/{len(files)} imports, {chunks:,} chunks at "
+                f"{at:.0f} s: {(chunks - c0) / max(at - t0, 1e-9):,.0f} chunks/s in this window;"
+                f" worker RSS {mb(now)} (anonymous {mb(anonymous)});"
+                f" searches so far {searcher.summary()}",
+                flush=True,
+            )
+        return status
+
+    async def sample_anonymous() -> None:
+        # The anonymous part's peak (VmHWM, MemorySampler's peak, counts file pages too).
+        nonlocal peak_anonymous
+        while not stop.is_set():
+            peak_anonymous = max(peak_anonymous, _proc_status(worker_pid, "RssAnon"))
+            await asyncio.sleep(0.5)
+
+    sampling = asyncio.create_task(sample_anonymous())
+    refused = 0
+    try:
+        waits = []
+        for i, path in enumerate(files):
+            ref, n = await submit(documents, path, "alice" if i % 2 == 0 else "bob")
+            refused += n
+            waits.append(asyncio.create_task(finished(ref)))
+        print(f"  all {len(files)} submitted at {time.perf_counter() - started:.0f} s", flush=True)
+        statuses = list(await asyncio.gather(*waits))
+        elapsed = time.perf_counter() - started
+        rows = await documents.catalogue.by_id(
+            {s.result["document_id"] for s in statuses if s.result}
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(searching, sampling)
+        await db.close()
+    return Imported(
+        elapsed,
+        statuses,
+        windows,
+        refused,
+        sum(r.indexed_chunks for r in rows.values()),
+        sum(r.status == "ready" for r in rows.values()),
+        peak_anonymous,
+    )
+
+
+@dataclass
+class Reference:
+    collection: str
+    in_collection: int  # the live collection's points, as the worker left it
+    written: int
+    seconds: float  # in the fresh index's upsert calls only
+    fresh_count: int
+
+
+async def engine_reference(
+    settings: Settings, fresh_dir: Path, documents: list[tuple[str, str | None, int]]
+) -> Reference:
+    """Every point of the live collection, read back one upsert batch at a time (a document's
+    consecutive chunks, by their ids) and written into a fresh index: only the writes timed."""
+    # No builder on the source: it would index what the worker left unindexed, on the cores
+    # the timed writes need. The fresh index has one, as the worker's has.
+    source = open_index(settings, build=False)
+    fresh = open_index(settings.model_copy(update={"data_dir": fresh_dir}))
+    try:
+        collection = (await live_index(source, model_id_for(settings))).collection
+        dimension = (await source.vector_params(collection))[0]
+        in_collection = await source.count(collection)
+        written, seconds = 0, 0.0
+        for doc, version, total in documents:
+            for start in range(0, total, UPSERT_BATCH):
+                ids = [
+                    point_id(doc, i, version)
+                    for i in range(start, min(total, start + UPSERT_BATCH))
+                ]
+                records = source.engine.retrieve(collection, ids, payload=True, dense=True)
+                if len(records) != len(ids):
+                    raise RuntimeError(f"{doc}: {len(records)} of {len(ids)} points found")
+                points = []
+                for r in records:
+                    if r.dense is None:
+                        raise RuntimeError(f"point {r.id} of {collection} has no vector")
+                    points.append(StoredPoint(r.id, r.dense, r.payload))
+                points.sort(key=lambda p: int(p.payload["chunk_index"]))
+                t = time.perf_counter()
+                await fresh.import_points(collection, dimension, points)
+                seconds += time.perf_counter() - t
+                written += len(points)
+        return Reference(collection, in_collection, written, seconds, await fresh.count(collection))
+    finally:
+        source.close()
+        fresh.close()
+
+
+def report(
+    args: argparse.Namespace,
+    run: Imported,
+    peak: int,
+    parser_peak: int,
+    searcher: Searcher,
+    ref: Reference,
+) -> None:
+    failed = [s for s in run.statuses if s.status != "completed"]
+    chunks = sum((s.result or {}).get("total_chunks", 0) for s in run.statuses)
+    paragraphs = args.docs * args.paragraphs
+    rate = chunks / run.seconds
+    print(f"\ncorpus: {args.docs} documents x {args.paragraphs} paragraphs")
+    print(
+        f"imported through the system: {chunks:,} chunks ({chunks / paragraphs:.3f} a "
+        f"paragraph) in {run.seconds:.1f} s: {rate:,.0f} chunks/s end to end"
+        + (f"; {len(failed)} FAILED, first: {failed[0].last_error}" if failed else "")
+    )
+    print(
+        f"  catalogue: {run.catalogue_ready}/{args.docs} documents ready, "
+        f"{run.catalogue_chunks:,} chunks; live collection {ref.collection}: "
+        f"{ref.in_collection:,} points"
+    )
+    if run.refused:
+        print(f"  submissions refused by the backlog admission (sent again): {run.refused}")
+    rates = [
+        (c1 - c0) / max(t1 - t0, 1e-9)
+        for (t0, c0), (t1, c1) in zip(run.windows, run.windows[1:], strict=False)
+    ]
+    print("  chunks/s by 10 % window of imports:", ", ".join(f"{r:,.0f}" for r in rates))
+    print(
+        f"worker peak RSS {mb(peak)} (target < {mb(RSS_TARGET)}: "
+        f"{'met' if peak < RSS_TARGET else 'NOT met'}); peak anonymous {mb(run.peak_anonymous)}"
+        f"; parser subprocess peak {mb(parser_peak)}"
+    )
+    errors = sum(searcher.errors.values())
+    print(
+        f"search during the import: {len(searcher.times)} answered "
+        f"({searcher.empty} with no hits), {errors} errors; {searcher.summary()}"
+    )
+    for text, n in searcher.errors.most_common(3):
+        print(f"  {n} x {text}")
+    e_rate = ref.written / ref.seconds if ref.seconds else float("nan")
+    print(
+        f"engine alone: {ref.written:,} points upserted into a fresh index in batches of "
+        f"{UPSERT_BATCH} in {ref.seconds:.1f} s: {e_rate:,.0f} points/s (fresh index holds "
+        f"{ref.fresh_count:,})"
+    )
+    print(f"pipeline / engine (chunks/s over points/s): {rate / e_rate:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--docs", type=int, default=84)
+    ap.add_argument("--paragraphs", type=int, default=2200, help="per document (~0.27 chunks each)")
+    ap.add_argument("--search-interval", type=float, default=0.1, help="pause between searches (s)")
+    ap.add_argument("--keep-log", type=Path, help="copy the worker's log here")
+    args = ap.parse_args()
+    unrecorded: dict[str, list[str]] = {"fake-embed": _Unrecorded()}
+    fake = FakeOpenAI(dim=512, inputs=_Unrecorded(), inputs_by_model=unrecorded).start()
+    provider = {
+        "EMBEDDING_PROVIDER": "openai",
+        "EMBEDDING_MODEL": "fake-embed",
+        "OPENAI_BASE_URL": fake.base_url,
+        "OPENAI_API_KEY": fake.api_key,
+    }
+    try:
+        with tempfile.TemporaryDirectory(prefix="ko-bench-scale-") as tmp:
+            work = Path(tmp)
+            t = time.perf_counter()
+            files = write_corpus(work / "corpus", args.docs, args.paragraphs)
+            print(f"corpus written in {time.perf_counter() - t:.0f} s; importing ...", flush=True)
+            with temporal_server(work) as server:
+                settings = bench_settings(work / "data", server.address, **provider)
+                searcher = Searcher(settings, queries(80), args.search_interval)
+                with (
+                    worker_process(settings, work / "worker.log") as proc,
+                    MemorySampler(proc.pid) as mem,
+                ):
+                    run = asyncio.run(import_watched(settings, files, proc.pid, searcher))
+                    peak = mem.peak_self()
+                if any(s.status != "completed" for s in run.statuses):
+                    print((work / "worker.log").read_text()[-3000:])
+                if args.keep_log:
+                    shutil.copy(work / "worker.log", args.keep_log)
+            documents = [
+                (str(r["document_id"]), r.get("version"), int(r["total_chunks"]))
+                for s in run.statuses
+                if (r := s.result)
+            ]
+            ref = asyncio.run(engine_reference(settings, work / "reference", documents))
+            report(args, run, peak, mem.peak_parser, searcher, ref)
+    finally:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
