@@ -11,7 +11,10 @@ worker it would stop every search, heartbeat and Temporal poll. So a build works
    (HNSW, merged segments, vacuum) and exits. Search and writes go on against the live shard.
 3. The built shard is loaded here, the logged writes are replayed onto it (most of them while
    writes go on; the rest with writes paused), and it becomes the collection's shard in one
-   step (meta.json names it); the old one closes once the searches still using it end.
+   step (meta.json names it); the old one closes once the searches still using it end. A bulk
+   import writes faster than a replay (which reads every point back): once a round of the
+   replay falls behind, writes to the partition are paced below its rate until the swap, or
+   the build would chase them for as long as the import lasts.
 
 The copy and the built shard are one partition's: the memory a build adds (the built shard
 loaded beside the live one, and the writes replayed onto it) is a partition's, not the index's.
@@ -225,20 +228,44 @@ class Builder:
     ) -> bool:
         """Replay the logged writes onto `built` while writes go on, then the short tail with
         writes paused, and `swap` before they resume; False if the partition was dropped or
-        the builder stopped meanwhile."""
+        the builder stopped meanwhile.
+
+        A round that leaves at least half as many points behind as it replayed is not
+        converging (a bulk import writes faster than a replay, which reads each point back):
+        from then on writes are admitted at half the replay's rate, so each round's backlog
+        halves, until the swap."""
         applied = 0
-        while True:
-            with part.lock:
-                assert part.oplog is not None
-                pending = part.oplog[applied:]
-                if part.dropped or self._stop.is_set():
-                    return False
-                if len(pending) <= 16:
-                    _replay(pending, part.handle.shard, built)
-                    swap()
-                    return True
-            _replay(pending, part.handle.shard, built)
-            applied += len(pending)
+        try:
+            while True:
+                with part.lock:
+                    assert part.oplog is not None
+                    pending = part.oplog[applied:]
+                    if part.dropped or self._stop.is_set():
+                        return False
+                    if len(pending) <= 16:
+                        _replay(pending, part.handle.shard, built)
+                        swap()
+                        return True
+                started = time.monotonic()
+                _replay(pending, part.handle.shard, built)
+                applied += len(pending)
+                replayed, elapsed = _points(pending), time.monotonic() - started
+                behind = _points(part.oplog[applied:])
+                if behind * 2 >= replayed:
+                    rate = replayed / max(elapsed, 1e-3) / 2
+                    if part.admit_rate is None:
+                        log.info(
+                            "the build of %s lags the writes (%d points behind, replaying "
+                            "%.0f a second): admitting writes at %.0f points a second until "
+                            "it is in",
+                            part.name,
+                            behind,
+                            replayed / max(elapsed, 1e-3),
+                            rate,
+                        )
+                    part.admit_rate = rate
+        finally:
+            part.admit_rate = None
 
     def _optimize_in_child(self, target: Path, split_into: Sequence[Path] = ()) -> bool:
         self._child = subprocess.Popen(
@@ -301,6 +328,11 @@ def _replay(
             records = live.retrieve(ids, True, True)
             # Deleted meanwhile: the delete is in the log too.
             _upsert_routed(records, built)
+
+
+def _points(ops: Sequence[UpdateOperation | list[str]]) -> int:
+    """Points in logged writes (an upsert's ids; any other write counts one)."""
+    return sum(len(op) if isinstance(op, list) else 1 for op in ops)
 
 
 def _upsert_routed(records: Sequence[Record], shards: Sequence[EdgeShard]) -> None:

@@ -94,6 +94,12 @@ class Partition:
     dropped: bool = False
     # Split into partitions that replaced it: a write that found it before then goes again.
     moved: bool = False
+    # Points a second writes are admitted at while a build's catch-up lags behind them (set by
+    # the builder, below its replay rate): without it a bulk import outruns the replay and the
+    # build never lands, leaving search to scan every point unindexed.
+    admit_rate: float | None = None
+    _pacing: threading.Lock = field(default_factory=threading.Lock)
+    _next_admit: float = 0.0
 
     @property
     def name(self) -> str:
@@ -101,6 +107,7 @@ class Partition:
 
     def write(self, op: UpdateOperation, upserted: list[PointId] | None = None) -> bool:
         """Apply a write; False if this partition was split meanwhile (route it again)."""
+        self._admit(len(upserted) if upserted is not None else 1)
         with self.lock:
             if self.moved:
                 return False
@@ -110,6 +117,20 @@ class Partition:
             self.last_write = time.monotonic()
             self.dirty = True
         return True
+
+    def _admit(self, points: int) -> None:
+        """Wait for this write's turn while writes are paced (writers run in the index's
+        threads, never on an event loop): turns are handed out at `admit_rate` points a second
+        across all writers."""
+        rate = self.admit_rate
+        if rate is None:
+            return
+        with self._pacing:
+            now = time.monotonic()
+            start = max(now, self._next_admit)
+            self._next_admit = start + points / rate
+        if start > now:
+            time.sleep(start - now)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[EdgeShard]:

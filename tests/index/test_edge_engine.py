@@ -5,6 +5,8 @@ the background HNSW build and split going on while writes and searches continue.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,60 @@ async def test_a_growing_collection_is_split_while_writes_and_search_go_on(
         assert await VectorIndex(again).count(c, "doc7") == 150
     finally:
         again.close()
+
+
+async def test_a_build_lands_while_writes_outpace_its_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bulk import writes faster than a build's catch-up replays (it reads each point back):
+    writes are then paced below the replay's rate, so the build is swapped in while they go
+    on, instead of chasing them until the import ends and search scanning unindexed points."""
+    import threading
+
+    from knowledgeops.index import edge_builder
+    from knowledgeops.index.edge_builder import Builder
+
+    replay, catching_up = edge_builder._replay, threading.Event()
+
+    def slow_replay(ops: list[object], live: object, built: object) -> None:
+        # A replay of 50 writes a second: below what the writer below makes.
+        catching_up.set()
+        time.sleep(0.02 * len(ops))
+        replay(ops, live, built)  # type: ignore[arg-type]
+
+    optimize = Builder._optimize_in_child
+
+    def optimize_until_written(self: Builder, target: Path, split_into: object = ()) -> bool:
+        # The build ends after 20 writes were logged: a catch-up with rounds, on any machine.
+        done = optimize(self, target)
+        while len(part.oplog or ()) < 20:
+            time.sleep(0.01)
+        return done
+
+    monkeypatch.setattr(edge_builder, "_replay", slow_replay)
+    monkeypatch.setattr(Builder, "_optimize_in_child", optimize_until_written)
+    engine = EdgeEngine(tmp_path / "index", BuildSettings(idle_seconds=3600))
+    index = VectorIndex(engine)
+    c = "chunks_paced"
+    try:
+        await _documents(index, c, 3, 500)
+        (part,) = engine.collection(c).parts
+        caplog.set_level(logging.INFO, logger="knowledgeops.index.edge_builder")
+        build = asyncio.create_task(asyncio.to_thread(Builder(engine).build, part))
+        written, deadline = 0, time.monotonic() + 60
+        while not build.done() and time.monotonic() < deadline:
+            i = 100_000 + written
+            await index.upsert(c, "late", [Chunk(written, f"late {i}", f"l{i}")], [vec(i)])
+            written += 1
+            # One write every 20 ms while the child builds, then as fast as ~200 a second.
+            await asyncio.sleep(0.005 if catching_up.is_set() else 0.02)
+        assert build.done(), f"the build never caught up with {written} writes in 60 s"
+        assert await build
+        assert "lags the writes" in caplog.text
+        assert part.admit_rate is None, "writes are no longer paced once the build is in"
+        assert await index.count(c, "late") == written
+        assert (await index.unindexed())[c] <= written
+        hits = await index.search(c, 1, vector=vec(1_042), mode=SearchMode.DENSE)
+        assert (hits[0].document_id, hits[0].chunk_index) == ("doc1", 42)
+    finally:
+        index.close()
