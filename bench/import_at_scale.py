@@ -12,7 +12,9 @@ chunk, embed, upsert and publish steps. Meanwhile: the worker's RSS (peak, and a
 the imports done); one `GET /v1/search?k=10` at a time (80 varied queries in a loop, a pause
 between them); and each import's completion, which gives the chunks/s of every 10 % window and
 overall (first submit to last import completed). The pipeline also writes every vector into
-the embedding cache: that is part of its cost.
+the embedding cache: that is part of its cost. After the import: the wait until the background
+builder has indexed it (the unindexed count unchanged for 40 s), then the same searches once
+settled, through the API and (worker stopped) through the engine alone.
 
 The reference, in the same run: the worker stopped, its index opened in this process, every
 point of the live collection read back (vector and payload) and written into a fresh index
@@ -45,7 +47,14 @@ from bench.common import (
     worker_process,
     write_corpus,
 )
-from bench.search_latency import percentiles, queries
+from bench.search_latency import (
+    ADMIN_TOKEN,
+    engine_alone,
+    percentiles,
+    queries,
+    through_api,
+    wait_settled,
+)
 from knowledgeops.config.settings import Settings
 from knowledgeops.contracts.document_import import DocumentMetadata, UpsertRequest
 from knowledgeops.db.database import Database
@@ -266,6 +275,43 @@ async def engine_reference(
         fresh.close()
 
 
+@dataclass
+class Settled:
+    """Search once the background builder has indexed what the import wrote."""
+
+    waited: float = 0.0
+    left: int = 0
+    api: list[float] = field(default_factory=list)
+    engine: list[float] = field(default_factory=list)
+    peak: int = 0  # the worker's peak RSS, the settling included
+
+    def report(self) -> None:
+        if not self.api:
+            return
+        print(
+            f"after the import: the index settled {self.waited:.0f} s later ({self.left:,} "
+            f"points left unindexed); worker peak RSS with the settling {mb(self.peak)}"
+        )
+        a50, a95 = percentiles(self.api)
+        e50, e95 = percentiles(self.engine)
+        print(
+            f"search once settled: API p50 {a50:.1f} ms, p95 {a95:.1f} ms; engine alone p50 "
+            f"{e50:.1f} ms, p95 {e95:.1f} ms (API / engine at p95 {a95 / e95:.2f})"
+        )
+
+
+async def search_settled(settings: Settings, texts: list[str], args: argparse.Namespace) -> Settled:
+    if not args.settle_limit:
+        return Settled()
+    try:
+        waited, left = await wait_settled(settings, args.settle_limit)
+    except SystemExit as e:  # the import's figures still print
+        print(f"no search once settled: {e}", flush=True)
+        return Settled()
+    # A whole pass of warm-up, as bench.search_latency's settled figure.
+    return Settled(waited, left, await through_api(settings, texts, None, warm_up=len(texts)))
+
+
 def report(
     args: argparse.Namespace,
     run: Imported,
@@ -323,6 +369,12 @@ def main() -> None:
     ap.add_argument("--paragraphs", type=int, default=2200, help="per document (~0.27 chunks each)")
     ap.add_argument("--search-interval", type=float, default=0.1, help="pause between searches (s)")
     ap.add_argument("--keep-log", type=Path, help="copy the worker's log here")
+    ap.add_argument(
+        "--settle-limit",
+        type=float,
+        default=1800.0,
+        help="seconds to wait for the index to settle after the import (0: skip that search)",
+    )
     args = ap.parse_args()
     unrecorded: dict[str, list[str]] = {"fake-embed": _Unrecorded()}
     fake = FakeOpenAI(dim=512, inputs=_Unrecorded(), inputs_by_model=unrecorded).start()
@@ -339,7 +391,9 @@ def main() -> None:
             files = write_corpus(work / "corpus", args.docs, args.paragraphs)
             print(f"corpus written in {time.perf_counter() - t:.0f} s; importing ...", flush=True)
             with temporal_server(work) as server:
-                settings = bench_settings(work / "data", server.address, **provider)
+                settings = bench_settings(
+                    work / "data", server.address, ADMIN_TOKENS=f"{ADMIN_TOKEN}:bench", **provider
+                )
                 searcher = Searcher(settings, queries(80), args.search_interval)
                 with (
                     worker_process(settings, work / "worker.log") as proc,
@@ -347,6 +401,8 @@ def main() -> None:
                 ):
                     run = asyncio.run(import_watched(settings, files, proc.pid, searcher))
                     peak = mem.peak_self()
+                    settled = asyncio.run(search_settled(settings, searcher.texts, args))
+                    settled.peak = mem.peak_self()
                 if any(s.status != "completed" for s in run.statuses):
                     print((work / "worker.log").read_text()[-3000:])
                 if args.keep_log:
@@ -356,8 +412,11 @@ def main() -> None:
                 for s in run.statuses
                 if (r := s.result)
             ]
+            if settled.api:
+                settled.engine = asyncio.run(engine_alone(settings, searcher.texts, None))[0]
             ref = asyncio.run(engine_reference(settings, work / "reference", documents))
             report(args, run, peak, mem.peak_parser, searcher, ref)
+            settled.report()
     finally:
         fake.stop()
 
