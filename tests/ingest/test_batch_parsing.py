@@ -63,7 +63,7 @@ async def test_a_file_that_fails_the_job_fails_alone(tmp_path: Path) -> None:
     for i in range(3):
         notes.append(tmp_path / f"n{i}.txt")
         notes[-1].write_text(f"Note {i}: the heron{i} waits.\n")
-    heavy = heavy_markdown(tmp_path / "heavy.md")  # seconds of CPU to chunk
+    heavy = heavy_markdown(tmp_path / "heavy.md", mb=48)  # seconds of CPU to chunk
     out = await run_parse_chunk_group(
         items([notes[0], heavy, *notes[1:]]),
         tmp_path / "chunks",
