@@ -203,10 +203,7 @@ def main() -> None:
             settings = bench_settings(
                 Path(tmp) / "data",
                 f"127.0.0.1:{port}",
-                EMBEDDING_PROVIDER="openai",
-                EMBEDDING_MODEL="fake-embed",
-                OPENAI_BASE_URL=fake.base_url,
-                OPENAI_API_KEY=fake.api_key,
+                **fake.embedding_settings(),
             )
             log = Path(tmp) / "dev.log"
             dev = [sys.executable, "-m", "starter.cli.main", "dev"]

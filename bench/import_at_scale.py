@@ -378,12 +378,7 @@ def main() -> None:
     args = ap.parse_args()
     unrecorded: dict[str, list[str]] = {"fake-embed": _Unrecorded()}
     fake = FakeOpenAI(dim=512, inputs=_Unrecorded(), inputs_by_model=unrecorded).start()
-    provider = {
-        "EMBEDDING_PROVIDER": "openai",
-        "EMBEDDING_MODEL": "fake-embed",
-        "OPENAI_BASE_URL": fake.base_url,
-        "OPENAI_API_KEY": fake.api_key,
-    }
+    provider = fake.embedding_settings()
     try:
         with tempfile.TemporaryDirectory(prefix="ko-bench-scale-") as tmp:
             work = Path(tmp)

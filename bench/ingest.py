@@ -245,12 +245,7 @@ def _run(args: argparse.Namespace, fake: Any) -> None:
         with temporal_server(work) as server:
             extra: dict[str, Any] = {"WORKER_MAX_ACTIVITIES": args.concurrency}
             if fake is not None:
-                extra |= {
-                    "EMBEDDING_PROVIDER": "openai",
-                    "EMBEDDING_MODEL": "fake-embed",
-                    "OPENAI_BASE_URL": fake.base_url,
-                    "OPENAI_API_KEY": fake.api_key,
-                }
+                extra |= fake.embedding_settings()
             if args.large:
                 # The raw model is timed right before and right after the import, on the same
                 # texts: this machine's speed drifts by 20 % over minutes (measured).

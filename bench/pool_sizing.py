@@ -124,12 +124,7 @@ def main() -> None:
 
             fake = FakeOpenAI(dim=512).start()
             stack.callback(fake.stop)
-            extra = {
-                "EMBEDDING_PROVIDER": "openai",
-                "EMBEDDING_MODEL": "fake-embed",
-                "OPENAI_BASE_URL": fake.base_url,
-                "OPENAI_API_KEY": fake.api_key,
-            }
+            extra = fake.embedding_settings()
         server = stack.enter_context(temporal_server(work))
         settings = bench_settings(work / "data", server.address, **extra)
         print("embedder:", "local model" if args.local else "instant OpenAI-compatible server")

@@ -176,16 +176,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     fake = FakeOpenAI(dim=512).start()
-    provider = (
-        {}
-        if args.local
-        else {
-            "EMBEDDING_PROVIDER": "openai",
-            "EMBEDDING_MODEL": "fake-embed",
-            "OPENAI_BASE_URL": fake.base_url,
-            "OPENAI_API_KEY": fake.api_key,
-        }
-    )
+    provider = {} if args.local else fake.embedding_settings()
     try:
         with tempfile.TemporaryDirectory(prefix="ko-bench-search-") as tmp:
             work = Path(tmp)

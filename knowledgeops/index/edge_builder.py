@@ -249,10 +249,10 @@ class Builder:
                 started = time.monotonic()
                 _replay(pending, part.handle.shard, built)
                 applied += len(pending)
-                replayed, elapsed = _points(pending), time.monotonic() - started
+                replayed = _points(pending)
+                speed = replayed / max(time.monotonic() - started, 1e-3)  # points a second
                 behind = _points(part.oplog[applied:])
                 if behind * 2 >= replayed:
-                    rate = replayed / max(elapsed, 1e-3) / 2
                     if part.admit_rate is None:
                         log.info(
                             "the build of %s lags the writes (%d points behind, replaying "
@@ -260,10 +260,10 @@ class Builder:
                             "it is in",
                             part.name,
                             behind,
-                            replayed / max(elapsed, 1e-3),
-                            rate,
+                            speed,
+                            speed / 2,
                         )
-                    part.admit_rate = rate
+                    part.admit_rate = speed / 2
         finally:
             part.admit_rate = None
 

@@ -128,6 +128,15 @@ class FakeOpenAI:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
+    def embedding_settings(self) -> dict[str, str]:
+        """The settings (environment names) that make the app embed with this server."""
+        return {
+            "EMBEDDING_PROVIDER": "openai",
+            "EMBEDDING_MODEL": self.models[0],
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": self.api_key,
+        }
+
     def vector(self, text: str, model: str = "") -> list[float]:
         return [float(x) for x in self.array(text, model)]
 
