@@ -33,6 +33,11 @@ DYNAMIC_CONFIG = {
     # activity ran 5th of 9 with four partitions, right after the running ones with one).
     "matching.numTaskqueueReadPartitions": "1",
     "matching.numTaskqueueWritePartitions": "1",
+    # A deleted execution is gone once the queues' ack levels move past its close, every 30 s
+    # by default: moved every second, a delete (by an operator or by retention) takes effect
+    # at once instead of up to half a minute later (measured: 32.8 s -> under 1 s).
+    "history.transferProcessorUpdateAckInterval": '"1s"',
+    "history.visibilityProcessorUpdateAckInterval": '"1s"',
 }
 
 

@@ -256,7 +256,8 @@ async def test_document_outlives_its_task_in_temporal(env: Env) -> None:
             return False
         return True
 
-    # The server deletes asynchronously (20-30 s here).
+    # The server deletes asynchronously (within a second or two with the dev server's ack
+    # interval, starter/dev_server.py).
     await eventually(still_there, lambda there: not there, timeout=60, what="the deletion")
     detail = await env.documents.get("kept-doc")
     assert (detail.status, detail.task) == ("ready", None)
