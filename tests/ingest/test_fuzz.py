@@ -18,7 +18,7 @@ from knowledgeops.config.settings import Settings
 from tests.helpers.environment import ADMIN_TOKEN, running_api
 from tests.helpers.http import app_routes
 
-# Examples per operation and generation mode: bounds the run to about 20 s (the suite has
+# Examples per operation and generation mode: bounds the run to under half a minute (the suite has
 # 15 minutes on 2 cores; every route still gets positive and negative cases).
 EXAMPLES = 12
 # SSE routes stream until the task ends: only their status line is read.
