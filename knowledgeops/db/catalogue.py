@@ -56,6 +56,12 @@ _DOC_STATUS = {
 }
 
 
+_LABELS_SQL = (
+    f"SELECT document_id, title, filename FROM {DocumentRow.__tablename__} "
+    "WHERE document_id IN ({marks})"
+)
+
+
 class DocumentCatalogue:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -127,7 +133,12 @@ class DocumentCatalogue:
 
     async def labels(self, ids: set[str]) -> dict[str, tuple[str | None, str]]:
         """Document id -> (title, file name), what a search hit shows: two columns on a bare
-        connection, not rows loaded into a session (a quarter less time, measured)."""
+        connection, not rows loaded into a session (a quarter less time, measured); with
+        SQLite on the reader's own connection (`Database.sqlite_rows`)."""
+        if self.db.sqlite:
+            marks = ", ".join("?" * len(ids))
+            rows = await self.db.sqlite_rows(_LABELS_SQL.format(marks=marks), sorted(ids))
+            return {doc: (title, filename) for doc, title, filename in rows}
         q = select(DocumentRow.document_id, DocumentRow.title, DocumentRow.filename).where(
             DocumentRow.document_id.in_(sorted(ids))
         )

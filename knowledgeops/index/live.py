@@ -41,10 +41,7 @@ class LiveIndex:
 
 async def aliased_index(index: VectorIndex) -> tuple[str, dict[str, Any]] | None:
     """The collection the alias names and its metadata; None before the first re-index."""
-    target = await index.alias_target(LIVE_ALIAS)
-    if target is None or not await index.exists(target):
-        return None
-    return target, await index.metadata(target)
+    return await index.aliased(LIVE_ALIAS)
 
 
 async def live_index(index: VectorIndex, default_model: str) -> LiveIndex:

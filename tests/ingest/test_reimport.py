@@ -40,6 +40,12 @@ async def test_reimport_and_duplicate_submission_never_duplicate_or_reembed(
         assert fake_openai.embedded_count() == paid, "a re-import paid for embeddings again"
         assert await env.points() == total
 
+        # Searched before the change too: the catalogue's reader (a connection kept open) must
+        # see the later commit, not the file as it was when it first read.
+        before = await search(env.store, env.embedder, "Paragraph 3", k=3, db=env.db)
+        assert before and "Renamed" not in {h.title for h in before}
+        paid += 1  # the query's embedding
+        assert fake_openai.embedded_count() == paid
         # New metadata only: the catalogue changes, the index is not touched.
         retitled = await import_and_wait(env, doc, metadata=_meta("Renamed"))
         assert retitled.result["embedded"] == 0  # type: ignore[index]
