@@ -51,8 +51,9 @@ def configure_logging(settings: Settings) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
-    # Alembic says at INFO what every start does (its context, each migration step).
-    for noisy in ("httpx", "temporalio.activity", "temporalio.workflow", "alembic"):
+    # Alembic says at INFO what every start does (its context, each migration step); httpx
+    # (and httpx2, the `openai` client's) a line for every request, every embedding call too.
+    for noisy in ("httpx", "httpx2", "temporalio.activity", "temporalio.workflow", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
