@@ -68,10 +68,10 @@ class Database:
         # in sleeps of up to 100 ms, far longer than our writes take. Writers of this process
         # (many imports recording events at once, audit records) take turns here instead;
         # writers in other processes still meet the back-off.
-        self._write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        self.sqlite = engine.dialect.name == "sqlite"
+        self._write_lock = asyncio.Lock() if self.sqlite else None
         # SQLite's short reads on the query path (a search's labels) run on a plain connection
         # of their own thread: see `sqlite_rows`.
-        self.sqlite = engine.dialect.name == "sqlite"
         self._reader: sqlite3.Connection | None = None
         self._reader_thread = ThreadPoolExecutor(1, "sqlite-reader") if self.sqlite else None
 
