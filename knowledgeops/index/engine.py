@@ -142,6 +142,13 @@ class Engine(ABC):
     def set_alias(self, alias: str, collection: str | None) -> None:
         """Point `alias` at `collection` in one step (None: remove it)."""
 
+    def aliased(self, alias: str) -> tuple[str, dict[str, Any]] | None:
+        """The existing collection `alias` names, and its metadata."""
+        target = self.alias(alias)
+        if target is None or not self.exists(target):
+            return None
+        return target, self.metadata(target)
+
     @abstractmethod
     def upsert(self, name: str, points: Sequence[EnginePoint]) -> None: ...
 

@@ -15,7 +15,7 @@ from knowledgeops.contracts.search import SearchMode
 from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_mapping import BuildSettings
-from knowledgeops.index.engine import IndexLockedError
+from knowledgeops.index.engine import IndexLockedError, Kind
 from knowledgeops.index.vector_index import VectorIndex
 from tests.helpers.vectors import vec
 
@@ -70,6 +70,30 @@ def test_embedded_index_is_one_process_at_a_time(tmp_path: Path) -> None:
     finally:
         first.close()
     EdgeEngine(tmp_path / "index").close()  # released on close
+
+
+def test_aliases_are_kept_on_disk_and_read_from_memory(tmp_path: Path) -> None:
+    """Searches read the alias table from memory; each change is on disk before it is seen,
+    so a restart finds the aliases as they were."""
+    engine = EdgeEngine(tmp_path / "index")
+    try:
+        engine.create("chunks_a", Kind.CHUNKS, 4, {"model": "m"})
+        engine.create("chunks_b", Kind.CHUNKS, 4, {"model": "n"})
+        engine.set_alias("live", "chunks_a")
+        engine.set_alias("live", "chunks_b")
+        engine.set_alias("gone", "chunks_a")
+        engine.set_alias("gone", None)
+        assert engine.aliased("live") == ("chunks_b", {"model": "n"})
+    finally:
+        engine.close()
+    again = EdgeEngine(tmp_path / "index")
+    try:
+        assert again.alias("live") == "chunks_b" and again.alias("gone") is None
+        assert again.aliased("live") == ("chunks_b", {"model": "n"})
+        assert again.drop("chunks_b")
+        assert again.aliased("live") is None and again.alias("live") == "chunks_b"
+    finally:
+        again.close()
 
 
 async def test_background_build_keeps_writes_and_search_going(tmp_path: Path) -> None:

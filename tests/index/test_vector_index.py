@@ -258,12 +258,19 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     # Replaced, not merged: a key the new metadata lacks is gone.
     await index.set_metadata(c, {"model": "n"})
     assert await index.metadata(c) == {"model": "n"} | recorded
+    # What a search asks first: the collection behind the alias, with its current metadata.
+    assert await index.aliased(alias) == (c, {"model": "n"} | recorded)
     await index.set_alias(alias, None)
     assert await index.alias_target(alias) is None
+    assert await index.aliased(alias) is None
     cache = f"embeddings_t{RUN}_{uuid.uuid4().hex[:8]}"
     ids = [str(uuid.uuid4()) for _ in range(3)]
     await index.upsert_vectors(cache, ids, [vec(i) for i in range(3)], [{"h": i} for i in ids])
     got = await index.retrieve_vectors(cache, [*ids[:2], str(uuid.uuid4())])
     assert set(got) == set(ids[:2])
     assert all(abs(a - b) < 1e-5 for a, b in zip(got[ids[1]], vec(1), strict=True))
+    await index.set_alias(alias, c)
     assert await index.drop_collection(c) and not await index.exists(c)
+    # An alias left naming a dropped collection names no existing one.
+    assert await index.aliased(alias) is None
+    await index.set_alias(alias, None)
