@@ -408,7 +408,7 @@ def main() -> None:
                 if (r := s.result)
             ]
             if settled.api:
-                settled.engine = asyncio.run(engine_alone(settings, searcher.texts, None))[0]
+                settled.engine = asyncio.run(engine_alone(settings, searcher.texts, None)).engine
             ref = asyncio.run(engine_reference(settings, work / "reference", documents))
             report(args, run, peak, mem.peak_parser, searcher, ref)
             settled.report()
