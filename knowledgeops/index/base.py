@@ -178,6 +178,15 @@ class IndexBase:
         )
         return {r.id: r.dense for r in records if r.dense is not None}
 
+    async def existing_ids(self, collection: str, ids: Sequence[str]) -> set[str]:
+        """The ids among `ids` that have a point; no vector or payload is read."""
+        if not ids or not await self.exists(collection):
+            return set()
+        records = await self._run(
+            partial(self.engine.retrieve, collection, list(ids), payload=False, dense=False)
+        )
+        return {r.id for r in records}
+
     async def upsert_vectors(
         self,
         collection: str,

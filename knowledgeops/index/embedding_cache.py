@@ -41,6 +41,11 @@ class EmbeddingCache:
         found = await self._store.retrieve_vectors(self.collection, list(by_id))
         return {by_id[i]: v for i, v in found.items()}
 
+    async def present(self, hashes: Sequence[str]) -> set[str]:
+        """The hashes already embedded with this model (their vectors are not read)."""
+        by_id = {_id(h): h for h in hashes}
+        return {by_id[i] for i in await self._store.existing_ids(self.collection, list(by_id))}
+
     async def put(self, hashes: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         await self._store.upsert_vectors(
             self.collection, [_id(h) for h in hashes], vectors, [{"h": h} for h in hashes]

@@ -78,7 +78,8 @@ async def embed_chunks(
             on_batch(done)
 
     async def cached(batch: list[Chunk]) -> set[str]:
-        return set(await cache.get([c.content_hash for c in batch]))
+        # Only whether each is there: the upsert step reads the vectors.
+        return await cache.present([c.content_hash for c in batch])
 
     batches = (
         [c for c in batch if c.index < stop]

@@ -268,6 +268,8 @@ async def test_aliases_metadata_and_the_embedding_cache(index: VectorIndex) -> N
     await index.upsert_vectors(cache, ids, [vec(i) for i in range(3)], [{"h": i} for i in ids])
     got = await index.retrieve_vectors(cache, [*ids[:2], str(uuid.uuid4())])
     assert set(got) == set(ids[:2])
+    assert await index.existing_ids(cache, [*ids[:2], str(uuid.uuid4())]) == set(ids[:2])
+    assert await index.existing_ids(f"{cache}_none", ids) == set()
     assert all(abs(a - b) < 1e-5 for a, b in zip(got[ids[1]], vec(1), strict=True))
     await index.set_alias(alias, c)
     assert await index.drop_collection(c) and not await index.exists(c)
