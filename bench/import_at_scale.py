@@ -47,6 +47,7 @@ from bench.common import (
     worker_process,
     write_corpus,
 )
+from bench.engine_reference import UPSERT_BATCH, Reference, engine_reference
 from bench.search_latency import (
     ADMIN_TOKEN,
     engine_alone,
@@ -56,12 +57,8 @@ from bench.search_latency import (
     wait_settled,
 )
 from knowledgeops.config.settings import Settings
-from knowledgeops.contracts.document_import import DocumentMetadata, UpsertRequest
+from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.db.database import Database
-from knowledgeops.index.live import live_index
-from knowledgeops.index.opening import open_index
-from knowledgeops.index.points import StoredPoint, point_id
-from knowledgeops.models.embedding import model_id_for
 from knowledgeops.runtime.temporal import connect
 from starter.services.admission import BacklogFullError
 from starter.services.document_models import ImportRef
@@ -70,8 +67,6 @@ from starter.services.task_models import TaskStatus
 from starter.services.tasks import TaskQueueService
 from tests.helpers.fake_openai import FakeOpenAI
 
-# The upsert step's batch (UPSERT_CHUNKS is started with the request's default).
-UPSERT_BATCH: int = UpsertRequest.model_fields["batch_size"].default
 RSS_TARGET = 3 * 1024**3
 # A refused submission goes again this soon: the admission re-measures the backlog every 2 s,
 # and a client waiting the advertised 30 s could leave the pipeline idle.
@@ -228,54 +223,6 @@ async def import_watched(
 
 
 @dataclass
-class Reference:
-    collection: str
-    in_collection: int  # the live collection's points, as the worker left it
-    written: int
-    seconds: float  # in the fresh index's upsert calls only
-    fresh_count: int
-
-
-async def engine_reference(
-    settings: Settings, fresh_dir: Path, documents: list[tuple[str, str | None, int]]
-) -> Reference:
-    """Every point of the live collection, read back one upsert batch at a time (a document's
-    consecutive chunks, by their ids) and written into a fresh index: only the writes timed."""
-    # No builder on the source: it would index what the worker left unindexed, on the cores
-    # the timed writes need. The fresh index has one, as the worker's has.
-    source = open_index(settings, build=False)
-    fresh = open_index(settings.model_copy(update={"data_dir": fresh_dir}))
-    try:
-        collection = (await live_index(source, model_id_for(settings))).collection
-        dimension = (await source.vector_params(collection))[0]
-        in_collection = await source.count(collection)
-        written, seconds = 0, 0.0
-        for doc, version, total in documents:
-            for start in range(0, total, UPSERT_BATCH):
-                ids = [
-                    point_id(doc, i, version)
-                    for i in range(start, min(total, start + UPSERT_BATCH))
-                ]
-                records = source.engine.retrieve(collection, ids, payload=True, dense=True)
-                if len(records) != len(ids):
-                    raise RuntimeError(f"{doc}: {len(records)} of {len(ids)} points found")
-                points = []
-                for r in records:
-                    if r.dense is None:
-                        raise RuntimeError(f"point {r.id} of {collection} has no vector")
-                    points.append(StoredPoint(r.id, r.dense, r.payload))
-                points.sort(key=lambda p: int(p.payload["chunk_index"]))
-                t = time.perf_counter()
-                await fresh.import_points(collection, dimension, points)
-                seconds += time.perf_counter() - t
-                written += len(points)
-        return Reference(collection, in_collection, written, seconds, await fresh.count(collection))
-    finally:
-        source.close()
-        fresh.close()
-
-
-@dataclass
 class Settled:
     """Search once the background builder has indexed what the import wrote."""
 
@@ -283,6 +230,8 @@ class Settled:
     left: int = 0
     api: list[float] = field(default_factory=list)
     engine: list[float] = field(default_factory=list)
+    # Each query embedded then searched in this process (bench.search_latency's Reference).
+    embed_then_engine: list[float] = field(default_factory=list)
     peak: int = 0  # the worker's peak RSS, the settling included
 
     def report(self) -> None:
@@ -294,9 +243,11 @@ class Settled:
         )
         a50, a95 = percentiles(self.api)
         e50, e95 = percentiles(self.engine)
+        b50, b95 = percentiles(self.embed_then_engine)
         print(
             f"search once settled: API p50 {a50:.1f} ms, p95 {a95:.1f} ms; engine alone p50 "
-            f"{e50:.1f} ms, p95 {e95:.1f} ms (API / engine at p95 {a95 / e95:.2f})"
+            f"{e50:.1f} ms, p95 {e95:.1f} ms (API / engine at p95 {a95 / e95:.2f}); embedding "
+            f"then engine p50 {b50:.1f} ms, p95 {b95:.1f} ms (API / that at p95 {a95 / b95:.2f})"
         )
 
 
@@ -408,7 +359,8 @@ def main() -> None:
                 if (r := s.result)
             ]
             if settled.api:
-                settled.engine = asyncio.run(engine_alone(settings, searcher.texts, None)).engine
+                alone = asyncio.run(engine_alone(settings, searcher.texts, None))
+                settled.engine, settled.embed_then_engine = alone.engine, alone.embed_then_engine
             ref = asyncio.run(engine_reference(settings, work / "reference", documents))
             report(args, run, peak, mem.peak_parser, searcher, ref)
             settled.report()
