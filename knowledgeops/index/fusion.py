@@ -10,6 +10,7 @@ same query batch, so the embedded engine and a server rank identically.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,8 +41,14 @@ def _normalised(hits: Sequence[Scored]) -> dict[PointId, float]:
     return {h.id: (h.score - low) / span if span > 0 else 1.0 for h in hits}
 
 
-def fuse(dense: Sequence[Scored], keyword: Sequence[Scored], config: FusionConfig) -> list[Scored]:
-    """Both lists' candidates, best first. A candidate missing from one list scores 0 there."""
+def fuse(
+    dense: Sequence[Scored],
+    keyword: Sequence[Scored],
+    config: FusionConfig,
+    limit: int | None = None,
+) -> list[Scored]:
+    """Both lists' candidates (the best `limit` of them), best first. A candidate missing from
+    one list scores 0 there."""
     w = config.keyword_weight
     scores: dict[PointId, float] = {}
     if config.method == Fusion.RRF:
@@ -52,6 +59,10 @@ def fuse(dense: Sequence[Scored], keyword: Sequence[Scored], config: FusionConfi
         for weight, norm in ((1 - w, _normalised(dense)), (w, _normalised(keyword))):
             for pid, s in norm.items():
                 scores[pid] = scores.get(pid, 0.0) + weight * s
+
     # Ties break by id, so the order never depends on dictionary or engine order.
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [Scored(pid, s) for pid, s in ranked]
+    def order(kv: tuple[PointId, float]) -> tuple[float, PointId]:
+        return -kv[1], kv[0]
+
+    n = len(scores) if limit is None else limit
+    return [Scored(pid, s) for pid, s in heapq.nsmallest(n, scores.items(), key=order)]

@@ -317,7 +317,7 @@ class VectorIndex(IndexBase):
                 return []  # nothing but stop words and punctuation: no keyword matches
         ranked = self.engine.query(collection, specs, flt)
         if mode == SearchMode.HYBRID and len(ranked) == 2:
-            best: list[Scored] = fuse(ranked[0], ranked[1], self.fusion)[:limit]
+            best: list[Scored] = fuse(ranked[0], ranked[1], self.fusion, limit)
         else:
             best = ranked[0][:limit] if ranked else []
         return self._hits(collection, best)
