@@ -84,8 +84,9 @@ log = logging.getLogger(__name__)
 # Dense candidates are found with the int8 quantization in memory, twice as many as asked, then
 # ranked by their full vectors (read from disk): the quantization's recall cost, measured, is
 # in docs/benchmarks.md ("The index at scale").
-_score = itemgetter(0)
 _RESCORED = SearchParams(quantization=QuantizationSearchParams(rescore=True, oversampling=2.0))
+# The score of a (score, id) candidate.
+_score = itemgetter(0)
 
 
 class EdgeEngine(Engine):

@@ -59,10 +59,10 @@ def fuse(
         for weight, norm in ((1 - w, _normalised(dense)), (w, _normalised(keyword))):
             for pid, s in norm.items():
                 scores[pid] = scores.get(pid, 0.0) + weight * s
-
-    # Ties break by id, so the order never depends on dictionary or engine order.
-    def order(kv: tuple[PointId, float]) -> tuple[float, PointId]:
-        return -kv[1], kv[0]
-
     n = len(scores) if limit is None else limit
-    return [Scored(pid, s) for pid, s in heapq.nsmallest(n, scores.items(), key=order)]
+    return [Scored(pid, s) for pid, s in heapq.nsmallest(n, scores.items(), key=_best_first)]
+
+
+def _best_first(scored: tuple[PointId, float]) -> tuple[float, PointId]:
+    # Ties break by id, so the order never depends on dictionary or engine order.
+    return -scored[1], scored[0]
