@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from knowledgeops.index import bm25
-from knowledgeops.index.engine import Engine, EnginePoint, Kind, Sparse
+from knowledgeops.index.engine import Engine, EnginePoint, Kind, Record, Sparse
 from knowledgeops.index.points import INDEX_PREFIX, StoredPoint, kind_of, payload_text
 from knowledgeops.models.embedding import slug
 
@@ -171,21 +171,19 @@ class IndexBase:
 
     async def retrieve_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, list[float]]:
         """Point id -> vector, for the ids that exist."""
-        if not ids or not await self.exists(collection):
-            return {}
-        records = await self._run(
-            partial(self.engine.retrieve, collection, list(ids), payload=False, dense=True)
-        )
+        records = await self._by_id(collection, ids, dense=True)
         return {r.id: r.dense for r in records if r.dense is not None}
 
     async def existing_ids(self, collection: str, ids: Sequence[str]) -> set[str]:
         """The ids among `ids` that have a point; no vector or payload is read."""
+        return {r.id for r in await self._by_id(collection, ids, dense=False)}
+
+    async def _by_id(self, collection: str, ids: Sequence[str], *, dense: bool) -> list[Record]:
         if not ids or not await self.exists(collection):
-            return set()
-        records = await self._run(
-            partial(self.engine.retrieve, collection, list(ids), payload=False, dense=False)
+            return []
+        return await self._run(
+            partial(self.engine.retrieve, collection, list(ids), payload=False, dense=dense)
         )
-        return {r.id for r in records}
 
     async def upsert_vectors(
         self,
