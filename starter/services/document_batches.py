@@ -251,10 +251,16 @@ class DocumentBatchService:
         progress = await self._query(task_id)
         if progress is None:
             return view
+        done = progress.imported + progress.failed
+        # The status (describe) was read before the count (query): between a group's end and
+        # the workflow task that records `began`, the status still says pending. A batch that
+        # has finished documents has begun.
+        begun = "running" if view.status == "pending" and done else view.status
         return view.model_copy(
             update={
+                "status": begun,
                 "total": progress.total,
-                "done": progress.imported + progress.failed,
+                "done": done,
                 "imported": progress.imported,
                 "failed": progress.failed,
                 "failures": progress.failures,
