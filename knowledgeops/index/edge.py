@@ -78,6 +78,7 @@ from knowledgeops.index.engine import (
     Record,
     Scored,
 )
+from knowledgeops.index.mapped_pages import GATE, release
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,8 @@ class EdgeEngine(Engine):
             path.mkdir()
             # One partition until a build splits it (edge_collection.py).
             folder = "p0/shard-0"
-            shard = new_shard(path / folder, kind, shard_config(kind, dimension, self.build))
+            with GATE.sharing():
+                shard = new_shard(path / folder, kind, shard_config(kind, dimension, self.build))
             coll = Collection(name, kind, dimension, path, dict(metadata or {}))
             coll.parts = [Partition(coll, 0, Handle(shard, folder))]
             coll.save()
@@ -361,8 +363,16 @@ class EdgeEngine(Engine):
         for part in self.partitions():
             if part.dirty:
                 part.dirty = False
-                with part.reading() as shard:
+                with part.reading() as shard, GATE.sharing():
                     shard.flush()
+
+    def release_cold_pages(self) -> int:
+        """Hand back this process's mapped pages of the files searches seldom read, and of the
+        embedding cache's collections (read only by id) whole: mapped_pages.py. The number of
+        mappings released."""
+        with self._guard:
+            cold = [c.path for c in self._collections.values() if c.kind == Kind.VECTORS]
+        return release(self._dir, cold)
 
     def unindexed(self) -> dict[str, int]:
         out: dict[str, int] = {}

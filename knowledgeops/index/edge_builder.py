@@ -50,6 +50,7 @@ from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_collection import Handle, Partition, route, route_key
 from knowledgeops.index.edge_mapping import new_shard, shard_config
 from knowledgeops.index.engine import Kind
+from knowledgeops.index.mapped_pages import GATE
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +71,31 @@ class Builder:
         self._failed: dict[str, float] = {}  # partition name -> when to try again
         self.builds = 0  # completed builds (tests and benchmarks read it)
         self._thread = threading.Thread(target=self._loop, name="index-builder", daemon=True)
+        # Apart from the builds, which can take minutes at a million points while writes go on.
+        self._releaser = threading.Thread(target=self._release, name="index-pages", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._releaser.start()
 
     def stop(self) -> None:
         self._stop.set()
         child = self._child
         if child is not None and child.poll() is None:
             child.kill()
-        if self._thread.is_alive():
-            self._thread.join()
+        for thread in (self._thread, self._releaser):
+            if thread.is_alive():
+                thread.join()
+
+    def _release(self) -> None:
+        """Every few seconds, hand back the mapped pages of what searches seldom read
+        (mapped_pages.py): the worker's resident memory stays what it uses."""
+        while not self._stop.wait(CHECK_SECONDS):
+            try:
+                self.engine.release_cold_pages()
+            except Exception:
+                # Only memory is at stake: say so and look again later.
+                log.exception("releasing the index's mapped pages failed; retrying")
 
     def _loop(self) -> None:
         while not self._stop.wait(CHECK_SECONDS):
@@ -128,7 +143,8 @@ class Builder:
         with part.lock:
             if part.dropped:
                 return False
-            part.handle.shard.flush()
+            with GATE.sharing():
+                part.handle.shard.flush()
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(root / part.handle.folder, target)
             part.oplog = []
@@ -136,7 +152,8 @@ class Builder:
         try:
             if not self._optimize_in_child(target):
                 return False
-            built = EdgeShard.load(str(target))
+            with GATE.sharing():
+                built = EdgeShard.load(str(target))
             swapped = self._replay_and_swap(part, built, folder)
         except Exception:
             self._failed[part.name] = time.monotonic() + FAILED_BACKOFF_SECONDS
@@ -169,19 +186,22 @@ class Builder:
         config = shard_config(coll.kind, coll.dimension, self.engine.build)
         for folder in [copy, *folders]:
             shutil.rmtree(root / folder, ignore_errors=True)
-        for folder in folders:
-            new_shard(root / folder, coll.kind, config).close()
+        with GATE.sharing():
+            for folder in folders:
+                new_shard(root / folder, coll.kind, config).close()
         with part.lock:
             if part.dropped:
                 return False
-            part.handle.shard.flush()
+            with GATE.sharing():
+                part.handle.shard.flush()
             shutil.copytree(root / part.handle.folder, root / copy)
             part.oplog = []
         built: list[EdgeShard] = []
         swapped = False
         try:
             if self._optimize_in_child(root / copy, [root / f for f in folders]):
-                built = [EdgeShard.load(str(root / f)) for f in folders]
+                with GATE.sharing():
+                    built = [EdgeShard.load(str(root / f)) for f in folders]
                 swapped = self._replay_and_replace(part, built, folders)
         except Exception:
             self._failed[part.name] = time.monotonic() + FAILED_BACKOFF_SECONDS
@@ -191,8 +211,9 @@ class Builder:
                 part.oplog = None
             shutil.rmtree(root / copy, ignore_errors=True)
         if not swapped:
-            for shard in built:
-                shard.close()
+            with GATE.sharing():
+                for shard in built:
+                    shard.close()
             for folder in folders:
                 shutil.rmtree(root / folder, ignore_errors=True)
             return False
@@ -293,7 +314,8 @@ class Builder:
     def _replay_and_swap(self, part: Partition, built: EdgeShard, folder: str) -> bool:
         old = part.handle
         if not self._catch_up(part, [built], lambda: part.swap(Handle(built, folder))):
-            built.close()
+            with GATE.sharing():
+                built.close()
             return False
         part.retire(old)
         shutil.rmtree(part.collection.path / old.folder, ignore_errors=True)
@@ -320,8 +342,9 @@ def _replay(
     shard is."""
     for op in ops:
         if not isinstance(op, list):
-            for shard in built:
-                shard.update(op)
+            with GATE.sharing():
+                for shard in built:
+                    shard.update(op)
             continue
         for start in range(0, len(op), _REPLAY_BATCH):
             ids: list[int | UUID | str] = list(op[start : start + _REPLAY_BATCH])
@@ -343,7 +366,8 @@ def _upsert_routed(records: Sequence[Record], shards: Sequence[EdgeShard]) -> No
         number = route(route_key(r.id, r.payload), len(shards))
         batches.setdefault(number, []).append(Point(r.id, r.vector, r.payload))
     for number, points in batches.items():
-        shards[number].update(UpdateOperation.upsert_points(points))
+        with GATE.sharing():
+            shards[number].update(UpdateOperation.upsert_points(points))
 
 
 def _optimize(folder: str, split_into: Sequence[str]) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 from qdrant_edge import EdgeShard, UpdateOperation
 
 from knowledgeops.index.engine import Kind, PointId
+from knowledgeops.index.mapped_pages import GATE
 
 META = "meta.json"
 
@@ -111,7 +112,8 @@ class Partition:
         with self.lock:
             if self.moved:
                 return False
-            self.handle.shard.update(op)
+            with GATE.sharing():  # a write can map and unmap the shard's files
+                self.handle.shard.update(op)
             if self.oplog is not None:
                 self.oplog.append(upserted if upserted is not None else op)
             self.last_write = time.monotonic()
@@ -148,7 +150,8 @@ class Partition:
         """Close a shard no longer current once the reads using it have ended."""
         with self.readers:
             self.readers.wait_for(lambda: old.readers == 0)
-        old.shard.close()
+        with GATE.sharing():
+            old.shard.close()
 
     def swap(self, built: Handle) -> Handle:
         """Make `built` this partition's shard (the caller holds the lock); the old one."""
@@ -246,7 +249,8 @@ class Collection:
         for part in self.parts:
             with part.lock:
                 part.dropped = True  # a build in progress discards its copy
-                part.handle.shard.flush()
+                with GATE.sharing():
+                    part.handle.shard.flush()
             part.retire(part.handle)
 
 
