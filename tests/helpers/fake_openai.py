@@ -144,9 +144,11 @@ class FakeOpenAI:
         """A unit vector determined by the text (and the model's dimension), cheap to make:
         the server must answer "at once" in throughput benchmarks."""
         dim = self.dims.get(model, self.dim)
-        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-        v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-        result: np.ndarray = v / np.linalg.norm(v)
+        # Hash bytes as the coordinates: a third of the cost of a seeded generator's normal
+        # draws (~12 vs ~30 us a vector of 512), and as far from any other text's vector.
+        v = np.frombuffer(hashlib.shake_256(text.encode()).digest(2 * dim), dtype="<i2")
+        result: np.ndarray = v.astype(np.float32)
+        result /= np.linalg.norm(result)
         return result
 
     def encoded(self, text: str, body: dict[str, Any], b64: bool) -> str | list[float]:
@@ -281,7 +283,9 @@ class FakeOpenAI:
                     }
                     for i, t in enumerate(inputs)
                 ]
-                tokens = sum(len(t.split()) for t in inputs)
+                # About four characters a token, as OpenAI's rule of thumb: counting words
+                # cost the instant server a tenth of its time in throughput benchmarks.
+                tokens = sum(len(t) for t in inputs) // 4
                 return self._send(
                     200,
                     {
