@@ -1,8 +1,9 @@
 """Handing back the embedded index's cold mapped pages, so the worker's resident memory is what
 it uses, not what it once wrote.
 
-Edge keeps its files mapped (shared, file-backed): the full-precision vectors (read only to
-rescore a search's best few), the payloads (read for a search's hits), the sparse vectors'
+Edge keeps its files mapped (shared, file-backed): the full-precision vectors (read to rescore
+a search's best few, and scanned whole only for points not indexed yet), the payloads (read
+for a search's hits), the sparse vectors'
 store, the write-ahead logs, and the embedding cache's collections (read when a document is
 imported again). Every page written or read stays in the process's resident set until the
 kernel needs the memory: at 1,000,000 chunks that was ~7 GB of the worker's 9 GB RSS, which
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -135,7 +137,7 @@ def release(root: Path, cold_folders: Iterable[Path] = ()) -> int:
             except FileNotFoundError:
                 continue  # unmapped meanwhile (it cannot be, under the gate; never guess)
             except PermissionError:
-                log.warning("/proc/self/map_files is not readable here: mapped index pages stay")
+                _say_once("/proc/self/map_files is not readable here: mapped index pages stay")
                 return released
             if still != path:
                 continue
@@ -148,13 +150,14 @@ def release(root: Path, cold_folders: Iterable[Path] = ()) -> int:
     return released
 
 
-_LIBC: ctypes.CDLL | None = None
-
-
+@functools.cache
 def _libc() -> ctypes.CDLL:
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        _LIBC.madvise.restype = ctypes.c_int
-    return _LIBC
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    return libc
+
+
+@functools.cache
+def _say_once(message: str) -> None:
+    log.warning(message)
