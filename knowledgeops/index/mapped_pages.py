@@ -3,11 +3,11 @@ it uses, not what it once wrote.
 
 Edge keeps its files mapped (shared, file-backed): the full-precision vectors (read to rescore
 a search's best few, and scanned whole only for points not indexed yet), the payloads (read
-for a search's hits), the sparse vectors'
-store, the write-ahead logs, and the embedding cache's collections (read when a document is
-imported again). Every page written or read stays in the process's resident set until the
-kernel needs the memory: at 1,000,000 chunks that was ~7 GB of the worker's 9 GB RSS, which
-the kernel's OOM killer counts as the worker's, and container runtimes as its working set.
+for a search's hits), the sparse vectors' store, the write-ahead logs, and the embedding
+cache's collections (read when a document is imported again). Every page written or read
+stays in the process's resident set until the kernel needs the memory: at 1,000,000 chunks
+that was ~7 GB of the worker's 9 GB RSS, which the kernel's OOM killer counts as the worker's,
+and container runtimes as its working set.
 
 `release` drops this process's mappings of those pages (madvise MADV_DONTNEED). For a shared
 file mapping that loses nothing: a dirty page keeps its data in the page cache and is written
