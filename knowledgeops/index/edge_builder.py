@@ -7,8 +7,9 @@ worker it would stop every search, heartbeat and Temporal poll. So a build works
 
 1. With the partition's writes paused (only for the copy), flush its shard and copy the
    folder; from then on every write to it is also kept in the partition's log.
-2. A child process (lower CPU priority, dies with the worker) loads the copy, optimizes it
-   (HNSW, merged segments, vacuum) and exits. Search and writes go on against the live shard.
+2. A child process (edge_build_process.py; lower CPU priority, dies with the worker) loads
+   the copy, optimizes it (HNSW, merged segments, vacuum) and exits. Search and writes go on
+   against the live shard.
 3. The built shard is loaded here, the logged writes are replayed onto it (most of them while
    writes go on; the rest with writes paused), and it becomes the collection's shard in one
    step (meta.json names it); the old one closes once the searches still using it end. A bulk
@@ -33,21 +34,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from uuid import UUID
 
-from qdrant_edge import EdgeShard, Point, Record, ScrollRequest, UpdateOperation
+from qdrant_edge import EdgeShard, UpdateOperation
 
 from knowledgeops.index.edge import EdgeEngine
-from knowledgeops.index.edge_collection import Handle, Partition, route, route_key
+from knowledgeops.index.edge_build_process import READ_BATCH, upsert_routed
+from knowledgeops.index.edge_collection import Handle, Partition
 from knowledgeops.index.edge_mapping import new_shard, shard_config
 from knowledgeops.index.engine import Kind
 from knowledgeops.index.mapped_pages import GATE
@@ -58,7 +61,6 @@ log = logging.getLogger(__name__)
 CHECK_SECONDS = 5.0
 # A failed build is not tried again for this long.
 FAILED_BACKOFF_SECONDS = 300.0
-_REPLAY_BATCH = 1_000
 
 
 class Builder:
@@ -150,7 +152,7 @@ class Builder:
             part.oplog = []
         paused = time.monotonic() - started
         try:
-            if not self._optimize_in_child(target):
+            if not self._optimize_in_child(target, part.collection.dimension):
                 return False
             with GATE.sharing():
                 built = EdgeShard.load(str(target))
@@ -199,7 +201,7 @@ class Builder:
         built: list[EdgeShard] = []
         swapped = False
         try:
-            if self._optimize_in_child(root / copy, [root / f for f in folders]):
+            if self._optimize_in_child(root / copy, coll.dimension, [root / f for f in folders]):
                 with GATE.sharing():
                     built = [EdgeShard.load(str(root / f)) for f in folders]
                 swapped = self._replay_and_replace(part, built, folders)
@@ -288,12 +290,16 @@ class Builder:
         finally:
             part.admit_rate = None
 
-    def _optimize_in_child(self, target: Path, split_into: Sequence[Path] = ()) -> bool:
+    def _optimize_in_child(
+        self, target: Path, dimension: int, split_into: Sequence[Path] = ()
+    ) -> bool:
+        spec = {"dimension": dimension, **asdict(self.engine.build)}
         self._child = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "knowledgeops.index.edge_builder",
+                "knowledgeops.index.edge_build_process",
+                json.dumps(spec),
                 str(target),
                 *map(str, split_into),
             ],
@@ -306,9 +312,12 @@ class Builder:
             code, self._child = self._child.returncode, None
         if self._stop.is_set():
             return False
+        said = err.decode(errors="replace").strip()
         if code != 0:
-            tail = err.decode(errors="replace").strip().splitlines()[-5:]
+            tail = said.splitlines()[-5:]
             raise RuntimeError(f"index build process exited with {code}: {' | '.join(tail)}")
+        if said:
+            log.warning("the index build of %s said: %s", target.name, said)
         return True
 
     def _replay_and_swap(self, part: Partition, built: EdgeShard, folder: str) -> bool:
@@ -346,60 +355,13 @@ def _replay(
                 for shard in built:
                     shard.update(op)
             continue
-        for start in range(0, len(op), _REPLAY_BATCH):
-            ids: list[int | UUID | str] = list(op[start : start + _REPLAY_BATCH])
+        for start in range(0, len(op), READ_BATCH):
+            ids: list[int | UUID | str] = list(op[start : start + READ_BATCH])
             records = live.retrieve(ids, True, True)
             # Deleted meanwhile: the delete is in the log too.
-            _upsert_routed(records, built)
+            upsert_routed(records, built)
 
 
 def _points(ops: Sequence[UpdateOperation | list[str]]) -> int:
     """Points in logged writes (an upsert's ids; any other write counts one)."""
     return sum(len(op) if isinstance(op, list) else 1 for op in ops)
-
-
-def _upsert_routed(records: Sequence[Record], shards: Sequence[EdgeShard]) -> None:
-    batches: dict[int, list[Point]] = {}
-    for r in records:
-        if r.vector is None:
-            continue
-        number = route(route_key(r.id, r.payload), len(shards))
-        batches.setdefault(number, []).append(Point(r.id, r.vector, r.payload))
-    for number, points in batches.items():
-        with GATE.sharing():
-            shards[number].update(UpdateOperation.upsert_points(points))
-
-
-def _optimize(folder: str, split_into: Sequence[str]) -> None:
-    """The child: index the copy (or split it into the empty shards `split_into` and index
-    those), then leave them closed and flushed for the parent to load."""
-    from knowledgeops.process_guard import die_with_parent
-
-    die_with_parent()
-    with contextlib.suppress(OSError):
-        os.nice(10)
-    shard = EdgeShard.load(folder)
-    if not split_into:
-        shard.optimize()
-        shard.flush()
-        shard.close()
-        return
-    parts = [EdgeShard.load(f) for f in split_into]
-    offset: int | UUID | str | None = None
-    while True:
-        request = ScrollRequest(
-            offset=offset, limit=_REPLAY_BATCH, with_payload=True, with_vector=True
-        )
-        records, offset = shard.scroll(request)
-        _upsert_routed(records, parts)
-        if offset is None:
-            break
-    shard.close()
-    for part in parts:
-        part.optimize()
-        part.flush()
-        part.close()
-
-
-if __name__ == "__main__":
-    _optimize(sys.argv[1], sys.argv[2:])

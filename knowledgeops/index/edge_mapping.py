@@ -58,6 +58,12 @@ class BuildSettings:
     idle_points: int = 1_000
     # Largest segment the optimizer merges into (points); bounds one build's cost at any size.
     max_segment_points: int = 200_000
+    # Segments a shard may keep before the optimizer merges the smallest. Edge's default is the
+    # machine's cores: on two, each build merged the points written since the last into a
+    # segment of all the others and rebuilt its whole graph (measured at 100,000 + 25,000
+    # points: 22-28 s a build, growing with the shard; with 8, 5 s, flat; search alike), so at
+    # 1M the builds fell ever further behind an import.
+    segments: int = 8
     # Shards a chunks collection is split into once a build finds it holding `split_points`
     # (edge_collection.py): a build holds a copy of one, so more partitions mean a smaller
     # peak, and more work per search.
@@ -97,6 +103,7 @@ def shard_config(kind: Kind, dimension: int, build: BuildSettings) -> EdgeConfig
             # index whatever is unindexed, down to the idle build's size.
             indexing_threshold=kb(build.idle_points),
             max_segment_size=kb(build.max_segment_points),
+            default_segment_number=build.segments,
         ),
     )
 

@@ -226,9 +226,11 @@ async def test_a_build_lands_while_writes_outpace_its_replay(
 
     optimize = Builder._optimize_in_child
 
-    def optimize_until_written(self: Builder, target: Path, split_into: object = ()) -> bool:
+    def optimize_until_written(
+        self: Builder, target: Path, dimension: int, split_into: object = ()
+    ) -> bool:
         # The build ends after 20 writes were logged: a catch-up with rounds, on any machine.
-        done = optimize(self, target)
+        done = optimize(self, target, dimension)
         while len(part.oplog or ()) < 20:
             time.sleep(0.01)
         return done
@@ -258,5 +260,43 @@ async def test_a_build_lands_while_writes_outpace_its_replay(
         assert (await index.unindexed())[c] <= written
         hits = await index.search(c, 1, vector=vec(1_042), mode=SearchMode.DENSE)
         assert (hits[0].document_id, hits[0].chunk_index) == ("doc1", 42)
+    finally:
+        index.close()
+
+
+async def test_a_build_indexes_what_was_written_since_the_last_one(tmp_path: Path) -> None:
+    """A build keeps the segments earlier builds made (up to `BuildSettings.segments`) and
+    indexes only the points written since: merged, every build rebuilt the graph of the whole
+    shard. A collection made with other settings (an earlier version's) builds with the
+    current ones."""
+    from knowledgeops.index.edge_builder import Builder
+
+    c = "chunks_segments"
+
+    async def build_after(engine: EdgeEngine, first: int) -> int:
+        index = VectorIndex(engine)
+        batch = [Chunk(i, f"chunk {i}", f"h{i}") for i in range(first, first + 1_500)]
+        await index.upsert(c, f"doc{first}", batch, [vec(i) for i in range(first, first + 1_500)])
+        (part,) = engine.collection(c).parts
+        assert Builder(engine).build(part)
+        with part.reading() as shard:
+            return int(shard.info().segments_count)
+
+    # Merged: one setting of one segment, as an earlier version's shard on a small machine.
+    merged = EdgeEngine(tmp_path / "index", BuildSettings(segments=1, idle_points=200))
+    try:
+        assert await build_after(merged, 0) <= 2
+        assert await build_after(merged, 1_500) <= 2, "segments=1 merges every build"
+    finally:
+        merged.close()
+    engine = EdgeEngine(tmp_path / "index", BuildSettings(idle_points=200))
+    index = VectorIndex(engine)
+    try:
+        before = await build_after(engine, 3_000)
+        after = await build_after(engine, 4_500)
+        assert after > before, (before, after)
+        assert await index.count(c) == 6_000
+        hits = await index.search(c, 1, vector=vec(123), mode=SearchMode.DENSE)
+        assert hits[0].chunk_index == 123
     finally:
         index.close()
