@@ -26,6 +26,8 @@ READ_BATCH = 1_000
 
 
 def upsert_routed(records: Sequence[Record], shards: Sequence[EdgeShard]) -> None:
+    """Write points read back from a shard into `shards` as writes route them (one shard: all
+    into it)."""
     batches: dict[int, list[Point]] = {}
     for r in records:
         if r.vector is None:

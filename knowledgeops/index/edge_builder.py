@@ -151,9 +151,11 @@ class Builder:
             shutil.copytree(root / part.handle.folder, target)
             part.oplog = []
         paused = time.monotonic() - started
+        child = 0.0
         try:
             if not self._optimize_in_child(target, part.collection.dimension):
                 return False
+            child = time.monotonic() - started - paused
             with GATE.sharing():
                 built = EdgeShard.load(str(target))
             swapped = self._replay_and_swap(part, built, folder)
@@ -168,11 +170,16 @@ class Builder:
             shutil.rmtree(target, ignore_errors=True)
             return False
         self.builds += 1
+        took = time.monotonic() - started
+        # The phases say where a slow build's time went: the copy, the child, the catch-up.
         log.info(
-            "built the index of %s in %.1f s (writes paused %.2f s)",
+            "built the index of %s in %.1f s (copy with writes paused %.2f s, child %.1f s, "
+            "catch-up %.1f s)",
             part.name,
-            time.monotonic() - started,
+            took,
             paused,
+            child,
+            took - paused - child,
         )
         return True
 
