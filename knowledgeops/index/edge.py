@@ -223,13 +223,17 @@ class EdgeEngine(Engine):
         while True:  # again only if a split replaced the partitions meanwhile
             with coll.current() as parts:
                 by_part: dict[int, list[EnginePoint]] = {}
+                keys: dict[int, set[str]] = {}
                 for p in points:
-                    number = route(route_key(p.id, p.payload), len(parts))
+                    key = route_key(p.id, p.payload)
+                    number = route(key, len(parts))
                     by_part.setdefault(number, []).append(p)
+                    keys.setdefault(number, set()).add(key)
                 if all(
                     parts[number].write(
                         UpdateOperation.upsert_points([edge_point(coll.kind, p) for p in batch]),
                         [p.id for p in batch],
+                        next(iter(keys[number])) if len(keys[number]) == 1 else None,
                     )
                     for number, batch in by_part.items()
                 ):

@@ -12,10 +12,11 @@ worker it would stop every search, heartbeat and Temporal poll. So a build works
    against the live shard.
 3. The built shard is loaded here, the logged writes are replayed onto it (most of them while
    writes go on; the rest with writes paused), and it becomes the collection's shard in one
-   step (meta.json names it); the old one closes once the searches still using it end. A bulk
-   import writes faster than a replay (which reads every point back): once a round of the
-   replay falls behind, writes to the partition are paced below its rate until the swap, or
-   the build would chase them for as long as the import lasts.
+   step (meta.json names it); the old one closes once the searches still using it end. The
+   log holds the first `BuildSettings.held_points` upserted points whole, replayed as written;
+   beyond, ids only, and the points are read back, far slower. Should a round of the replay
+   fall behind the writes, they are paced below its rate until the swap, or the build would
+   chase them for as long as an import lasts.
 
 The copy and the built shard are one partition's: the memory a build adds (the built shard
 loaded beside the live one, and the writes replayed onto it) is a partition's, not the index's.
@@ -50,7 +51,7 @@ from qdrant_edge import EdgeShard, UpdateOperation
 
 from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.edge_build_process import READ_BATCH, upsert_routed
-from knowledgeops.index.edge_collection import Handle, Partition
+from knowledgeops.index.edge_collection import Handle, Partition, Upsert, route
 from knowledgeops.index.edge_mapping import new_shard, shard_config
 from knowledgeops.index.engine import Kind
 from knowledgeops.index.mapped_pages import GATE
@@ -149,7 +150,7 @@ class Builder:
                 part.handle.shard.flush()
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(root / part.handle.folder, target)
-            part.oplog = []
+            part.oplog, part.hold_room = [], self.engine.build.held_points
         paused = time.monotonic() - started
         child = 0.0
         try:
@@ -204,11 +205,14 @@ class Builder:
             with GATE.sharing():
                 part.handle.shard.flush()
             shutil.copytree(root / part.handle.folder, root / copy)
-            part.oplog = []
+            part.oplog, part.hold_room = [], self.engine.build.held_points
+        paused = time.monotonic() - started
         built: list[EdgeShard] = []
         swapped = False
+        child = 0.0
         try:
             if self._optimize_in_child(root / copy, coll.dimension, [root / f for f in folders]):
+                child = time.monotonic() - started - paused
                 with GATE.sharing():
                     built = [EdgeShard.load(str(root / f)) for f in folders]
                 swapped = self._replay_and_replace(part, built, folders)
@@ -227,11 +231,16 @@ class Builder:
                 shutil.rmtree(root / folder, ignore_errors=True)
             return False
         self.builds += 1
+        took = time.monotonic() - started
         log.info(
-            "split %s into %d partitions, built, in %.1f s",
+            "split %s into %d partitions, built, in %.1f s (copy with writes paused %.2f s, "
+            "child %.1f s, catch-up %.1f s)",
             coll.name,
             len(folders),
-            time.monotonic() - started,
+            took,
+            paused,
+            child,
+            took - paused - child,
         )
         return True
 
@@ -261,7 +270,7 @@ class Builder:
         the builder stopped meanwhile.
 
         A round that leaves at least half as many points behind as it replayed is not
-        converging (a bulk import writes faster than a replay, which reads each point back):
+        converging (a bulk import writes faster than a replay that reads points back):
         from then on writes are admitted at half the replay's rate, so each round's backlog
         halves, until the swap."""
         applied = 0
@@ -349,26 +358,33 @@ def _release_freed_memory() -> None:
 
 
 def _replay(
-    ops: Sequence[UpdateOperation | list[str]], live: EdgeShard, built: Sequence[EdgeShard]
+    ops: Sequence[UpdateOperation | Upsert], live: EdgeShard, built: Sequence[EdgeShard]
 ) -> None:
     """Apply logged writes to the built copy (or the shards a split makes of it: upserted
-    points routed as writes route them, other writes, by filter, to each), in order. An
-    upsert's points are read from the live shard as they are now: a later write to one of them
-    is replayed after it anyway, and every write is idempotent, so the copy ends as the live
-    shard is."""
+    points routed as writes route them, other writes, by filter, to each), in order. A held
+    upsert is applied as written (and let go); one logged by its ids only has its points read
+    from the live shard as they are now: a later write to one of them is replayed after it
+    anyway, and every write is idempotent, so the copy ends as the live shard is."""
     for op in ops:
-        if not isinstance(op, list):
+        if not isinstance(op, Upsert):
             with GATE.sharing():
                 for shard in built:
                     shard.update(op)
             continue
-        for start in range(0, len(op), READ_BATCH):
-            ids: list[int | UUID | str] = list(op[start : start + READ_BATCH])
+        whole = op.op
+        if whole is not None and (len(built) == 1 or op.key is not None):
+            target = built[route(op.key, len(built))] if op.key is not None else built[0]
+            with GATE.sharing():
+                target.update(whole)
+            op.op = None  # its memory goes as soon as it is replayed
+            continue
+        for start in range(0, len(op.ids), READ_BATCH):
+            ids: list[int | UUID | str] = list(op.ids[start : start + READ_BATCH])
             records = live.retrieve(ids, True, True)
             # Deleted meanwhile: the delete is in the log too.
             upsert_routed(records, built)
 
 
-def _points(ops: Sequence[UpdateOperation | list[str]]) -> int:
-    """Points in logged writes (an upsert's ids; any other write counts one)."""
-    return sum(len(op) if isinstance(op, list) else 1 for op in ops)
+def _points(ops: Sequence[UpdateOperation | Upsert]) -> int:
+    """Points in logged writes (an upsert's; any other write counts one)."""
+    return sum(len(op.ids) if isinstance(op, Upsert) else 1 for op in ops)

@@ -77,6 +77,23 @@ class Handle:
 
 
 @dataclass
+class Upsert:
+    """An upsert in a build's log of writes. Its points are held (`op`) while the log holds
+    fewer than `BuildSettings.held_points`, and replayed as they are: read back from the live
+    shard instead, point by point, the replay ran at 300-600 points a second in a busy worker
+    (its Python work shares the interpreter lock with every task; 31 a second beside three
+    busy threads, measured, against 10,000 for the whole write), so a build fell behind an
+    import. Beyond that, only the ids: holding every point of a long build cost gigabytes at
+    1M points."""
+
+    ids: list[PointId]
+    op: UpdateOperation | None
+    # The route key all its points share (one document's), if one: a split replays a held
+    # upsert whole into the partition that key routes to.
+    key: str | None
+
+
+@dataclass
 class Partition:
     """One shard of a collection, with the state a background build of it needs."""
 
@@ -86,10 +103,10 @@ class Partition:
     # Writes (and swaps) one at a time, so a build's log of writes is in the order applied.
     lock: threading.RLock = field(default_factory=threading.RLock)
     readers: threading.Condition = field(default_factory=threading.Condition)
-    # While a build runs: every write since its copy was taken, replayed onto the copy. An
-    # upsert is kept as its point ids only (replayed from the points' state in the live shard):
-    # holding the points themselves cost gigabytes during a long build at 1M points.
-    oplog: list[UpdateOperation | list[PointId]] | None = None
+    # While a build runs: every write since its copy was taken, replayed onto the copy.
+    oplog: list[UpdateOperation | Upsert] | None = None
+    # Points the log may still hold whole (set with the log, BuildSettings.held_points).
+    hold_room: int = 0
     last_write: float = 0.0
     dirty: bool = False
     dropped: bool = False
@@ -106,8 +123,11 @@ class Partition:
     def name(self) -> str:
         return f"{self.collection.name}/p{self.number}"
 
-    def write(self, op: UpdateOperation, upserted: list[PointId] | None = None) -> bool:
-        """Apply a write; False if this partition was split meanwhile (route it again)."""
+    def write(
+        self, op: UpdateOperation, upserted: list[PointId] | None = None, key: str | None = None
+    ) -> bool:
+        """Apply a write (an upsert: with its points' ids, and the route key they share if
+        one); False if this partition was split meanwhile (route it again)."""
         self._admit(len(upserted) if upserted is not None else 1)
         with self.lock:
             if self.moved:
@@ -115,10 +135,16 @@ class Partition:
             with GATE.sharing():  # a write can map and unmap the shard's files
                 self.handle.shard.update(op)
             if self.oplog is not None:
-                self.oplog.append(upserted if upserted is not None else op)
+                self.oplog.append(op if upserted is None else self._logged(op, upserted, key))
             self.last_write = time.monotonic()
             self.dirty = True
         return True
+
+    def _logged(self, op: UpdateOperation, ids: list[PointId], key: str | None) -> Upsert:
+        if len(ids) > self.hold_room:
+            return Upsert(ids, None, key)
+        self.hold_room -= len(ids)
+        return Upsert(ids, op, key)
 
     def _admit(self, points: int) -> None:
         """Wait for this write's turn while writes are paced (writers run in the index's

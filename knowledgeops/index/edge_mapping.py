@@ -64,6 +64,10 @@ class BuildSettings:
     # points: 22-28 s a build, growing with the shard; with 8, 5 s, flat; search alike), so at
     # 1M the builds fell ever further behind an import.
     segments: int = 8
+    # Points a build's log of writes holds whole, to replay them as written (edge_collection.
+    # Upsert): ~5-7 KB each (a 512-dimension vector, its words, the payload), so ~200 MB at
+    # most; writes beyond are replayed by reading their points back, far slower.
+    held_points: int = 32_000
     # Shards a chunks collection is split into once a build finds it holding `split_points`
     # (edge_collection.py): a build holds a copy of one, so more partitions mean a smaller
     # peak, and more work per search.

@@ -300,3 +300,68 @@ async def test_a_build_indexes_what_was_written_since_the_last_one(tmp_path: Pat
         assert hits[0].chunk_index == 123
     finally:
         index.close()
+
+
+@pytest.mark.parametrize("splits", [False, True], ids=["build", "split"])
+async def test_a_catch_up_replays_held_writes_as_written_and_reads_back_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, splits: bool
+) -> None:
+    """The writes a build's log holds whole (up to `BuildSettings.held_points`) are replayed
+    as written, into the partition their document routes to when it splits; only those beyond
+    are read back from the live shard. Either way, in order: a document deleted after it was
+    written stays deleted."""
+    from knowledgeops.index import edge_builder
+    from knowledgeops.index.edge_builder import Builder
+
+    loop = asyncio.get_running_loop()
+    engine = EdgeEngine(
+        tmp_path / "index", BuildSettings(idle_seconds=3600, held_points=300, split_points=900)
+    )
+    index = VectorIndex(engine)
+    c = "chunks_held"
+    read_back: list[int] = []
+    upsert_routed = edge_builder.upsert_routed
+
+    def counting(records: list[object], shards: list[object]) -> None:
+        read_back.append(len(records))
+        upsert_routed(records, shards)  # type: ignore[arg-type]
+
+    async def write_late() -> None:
+        # 150 points a document, one write each: late0 and late1 are held, late2 and late3
+        # are past the 300 held points.
+        for d in range(4):
+            batch = [Chunk(i, f"late {i} of {d}", f"late{d}-{i}") for i in range(150)]
+            await index.upsert(
+                c, f"late{d}", batch, [vec(50_000 + 1000 * d + i) for i in range(150)]
+            )
+        assert await index.delete_document(c, "late0") == 150
+
+    optimize = Builder._optimize_in_child
+
+    def optimize_then_write(
+        self: Builder, target: Path, dimension: int, split_into: object = ()
+    ) -> bool:
+        done = optimize(self, target, dimension, split_into)  # type: ignore[arg-type]
+        asyncio.run_coroutine_threadsafe(write_late(), loop).result()
+        return done
+
+    monkeypatch.setattr(edge_builder, "upsert_routed", counting)
+    monkeypatch.setattr(Builder, "_optimize_in_child", optimize_then_write)
+    try:
+        await _documents(index, c, 6 if splits else 2, 200)
+        (part,) = engine.collection(c).parts
+        builder = Builder(engine)
+        assert await asyncio.to_thread(builder.split if splits else builder.build, part)
+        assert len(engine.collection(c).parts) == (BuildSettings().partitions if splits else 1)
+        assert sum(read_back) == 300, read_back
+        # Counted in the partition each document routes to: a held write replayed into
+        # another one would be missing here.
+        assert [await index.count(c, f"late{d}") for d in range(4)] == [0, 150, 150, 150]
+        assert await index.count(c, "doc1") == 200
+        for d, i in ((1, 7), (3, 149)):
+            hits = await index.search(
+                c, 1, vector=vec(50_000 + 1000 * d + i), mode=SearchMode.DENSE
+            )
+            assert (hits[0].document_id, hits[0].chunk_index) == (f"late{d}", i)
+    finally:
+        index.close()
