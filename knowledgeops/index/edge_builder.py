@@ -150,13 +150,12 @@ class Builder:
                 part.handle.shard.flush()
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(root / part.handle.folder, target)
-            part.oplog, part.hold_room = [], self.engine.build.held_points
-        paused = time.monotonic() - started
-        child = 0.0
+            part.start_log(self.engine.build.held_points)
+        copied = child_done = time.monotonic()
         try:
             if not self._optimize_in_child(target, part.collection.dimension):
                 return False
-            child = time.monotonic() - started - paused
+            child_done = time.monotonic()
             with GATE.sharing():
                 built = EdgeShard.load(str(target))
             swapped = self._replay_and_swap(part, built, folder)
@@ -165,22 +164,16 @@ class Builder:
             log.exception("building the index of %s failed; search goes on unindexed", part.name)
             swapped = False
         finally:
-            with part.lock:
-                part.oplog = None
+            part.end_log()
         if not swapped:
             shutil.rmtree(target, ignore_errors=True)
             return False
         self.builds += 1
-        took = time.monotonic() - started
-        # The phases say where a slow build's time went: the copy, the child, the catch-up.
         log.info(
-            "built the index of %s in %.1f s (copy with writes paused %.2f s, child %.1f s, "
-            "catch-up %.1f s)",
+            "built the index of %s in %.1f s (%s)",
             part.name,
-            took,
-            paused,
-            child,
-            took - paused - child,
+            time.monotonic() - started,
+            _phases(started, copied, child_done),
         )
         return True
 
@@ -199,20 +192,20 @@ class Builder:
         with GATE.sharing():
             for folder in folders:
                 new_shard(root / folder, coll.kind, config).close()
+        copying = time.monotonic()
         with part.lock:
             if part.dropped:
                 return False
             with GATE.sharing():
                 part.handle.shard.flush()
             shutil.copytree(root / part.handle.folder, root / copy)
-            part.oplog, part.hold_room = [], self.engine.build.held_points
-        paused = time.monotonic() - started
+            part.start_log(self.engine.build.held_points)
+        copied = child_done = time.monotonic()
         built: list[EdgeShard] = []
         swapped = False
-        child = 0.0
         try:
             if self._optimize_in_child(root / copy, coll.dimension, [root / f for f in folders]):
-                child = time.monotonic() - started - paused
+                child_done = time.monotonic()
                 with GATE.sharing():
                     built = [EdgeShard.load(str(root / f)) for f in folders]
                 swapped = self._replay_and_replace(part, built, folders)
@@ -220,8 +213,7 @@ class Builder:
             self._failed[part.name] = time.monotonic() + FAILED_BACKOFF_SECONDS
             log.exception("splitting %s failed; it serves on as one partition", part.name)
         finally:
-            with part.lock:
-                part.oplog = None
+            part.end_log()
             shutil.rmtree(root / copy, ignore_errors=True)
         if not swapped:
             with GATE.sharing():
@@ -231,16 +223,12 @@ class Builder:
                 shutil.rmtree(root / folder, ignore_errors=True)
             return False
         self.builds += 1
-        took = time.monotonic() - started
         log.info(
-            "split %s into %d partitions, built, in %.1f s (copy with writes paused %.2f s, "
-            "child %.1f s, catch-up %.1f s)",
+            "split %s into %d partitions, built, in %.1f s (%s)",
             coll.name,
             len(folders),
-            took,
-            paused,
-            child,
-            took - paused - child,
+            time.monotonic() - started,
+            _phases(copying, copied, child_done),
         )
         return True
 
@@ -346,6 +334,15 @@ class Builder:
         shutil.rmtree(part.collection.path / old.folder, ignore_errors=True)
         _release_freed_memory()
         return True
+
+
+def _phases(copying: float, copied: float, child_done: float) -> str:
+    """Where a build's time went (monotonic times the phases ended): a slow build says which
+    phase to look at."""
+    return (
+        f"copy with writes paused {copied - copying:.2f} s, child {child_done - copied:.1f} s, "
+        f"catch-up {time.monotonic() - child_done:.1f} s"
+    )
 
 
 def _release_freed_memory() -> None:

@@ -140,6 +140,14 @@ class Partition:
             self.dirty = True
         return True
 
+    def start_log(self, held_points: int) -> None:
+        """Log every write from now on, for a build to replay (the caller holds the lock)."""
+        self.oplog, self.hold_room = [], held_points
+
+    def end_log(self) -> None:
+        with self.lock:
+            self.oplog = None
+
     def _logged(self, op: UpdateOperation, ids: list[PointId], key: str | None) -> Upsert:
         if len(ids) > self.hold_room:
             return Upsert(ids, None, key)
