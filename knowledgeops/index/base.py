@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -22,6 +23,10 @@ from knowledgeops.models.embedding import slug
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+# How often a bulk writer held back by the background build looks again, and for how long at
+# most (a build of a partition took up to ~4 minutes at 1M chunks).
+ROOM_POLL_SECONDS = 1.0
+ROOM_WAIT_SECONDS = 600.0
 
 
 class IndexBase:
@@ -162,6 +167,30 @@ class IndexBase:
 
     def query_vector(self, collection: str, text: str) -> Sparse:
         return bm25.query_vector(text, self.sparse_model(collection))
+
+    async def room_to_write(
+        self, collection: str, document_id: str, most: float = ROOM_WAIT_SECONDS
+    ) -> float:
+        """Wait until a bulk write of the document's points may go ahead (`Engine.has_room`:
+        the embedded engine holds it while its build is too far behind), for `most` seconds
+        at most; the seconds waited."""
+        started = time.monotonic()
+        # Polled: the count changes in the engine's own threads and its builder's child.
+        while True:
+            waited = time.monotonic() - started
+            if await self._query(self.engine.has_room, collection, document_id):
+                return waited
+            if waited >= most:
+                # A build that keeps failing must not stop imports: write, unindexed.
+                log.warning(
+                    "writing %s after %.0f s: the index of %s is still not built; the worker's "
+                    "log says why its builds fail or lag",
+                    document_id,
+                    waited,
+                    collection,
+                )
+                return waited
+            await asyncio.sleep(ROOM_POLL_SECONDS)
 
     async def unindexed(self) -> dict[str, int]:
         """Index collections' points not in a vector index yet (being built meanwhile)."""

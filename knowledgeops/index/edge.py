@@ -378,6 +378,15 @@ class EdgeEngine(Engine):
             cold = [c.path for c in self._collections.values() if c.kind == Kind.VECTORS]
         return release(self._dir, cold)
 
+    def has_room(self, collection: str, key: str) -> bool:
+        try:
+            coll = self._get(collection)
+        except KeyError:
+            return True  # a first write creates it
+        with coll.current() as parts:
+            part = parts[route(key, len(parts))]
+            return coll.kind != Kind.CHUNKS or part.unindexed() <= self.build.unindexed_limit
+
     def unindexed(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for name in self.collections():

@@ -123,8 +123,8 @@ class Builder:
             return False
         unindexed, total = part.counts()
         settings = self.engine.build
-        if self._splits(part, total) or unindexed >= max(
-            settings.points, settings.growth * (total - unindexed)
+        if self._splits(part, total) or unindexed >= min(
+            settings.unindexed_limit, max(settings.points, settings.growth * (total - unindexed))
         ):
             return True
         idle = time.monotonic() - part.last_write >= settings.idle_seconds

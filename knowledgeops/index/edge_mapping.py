@@ -68,6 +68,11 @@ class BuildSettings:
     # Upsert): ~5-7 KB each (a 512-dimension vector, its words, the payload), so ~200 MB at
     # most; writes beyond are replayed by reading their points back, far slower.
     held_points: int = 32_000
+    # Unindexed points a partition may hold before bulk writes to it wait for its build
+    # (`EdgeEngine.has_room`): search scans them exactly, their full vectors stay mapped, and at
+    # 1M an import outran the builds by ~500,000 points, the worker's RSS near 4 GB. A build is
+    # due at this many whatever the growth rule says.
+    unindexed_limit: int = 40_000
     # Shards a chunks collection is split into once a build finds it holding `split_points`
     # (edge_collection.py): a build holds a copy of one, so more partitions mean a smaller
     # peak, and more work per search.

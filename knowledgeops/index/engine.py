@@ -190,6 +190,11 @@ class Engine(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def has_room(self, collection: str, key: str) -> bool:
+        """Whether a bulk write of the document `key` should go ahead now (engines that build
+        indexes in the background say no while the build is too far behind)."""
+        return True
+
     def unindexed(self) -> dict[str, int]:
         """Chunks collections' points not yet in a vector index (engines that build indexes
         in the background report them; a server does its own)."""

@@ -365,3 +365,40 @@ async def test_a_catch_up_replays_held_writes_as_written_and_reads_back_the_rest
             assert (hits[0].document_id, hits[0].chunk_index) == (f"late{d}", i)
     finally:
         index.close()
+
+
+async def test_bulk_writes_wait_while_a_partition_holds_too_many_unindexed_points(
+    tmp_path: Path,
+) -> None:
+    """Past `BuildSettings.unindexed_limit` unindexed points a bulk writer waits until the
+    build lands (the builder finds the partition due at that many, whatever the growth rule
+    says); after it, writes go ahead at once."""
+    from knowledgeops.index.edge_builder import Builder
+
+    # The growth rule alone would build only at 100,000 points.
+    engine = EdgeEngine(
+        tmp_path / "index", BuildSettings(points=100_000, unindexed_limit=500, idle_points=200)
+    )
+    index = VectorIndex(engine)
+    c = "chunks_room"
+    try:
+        await _documents(index, c, 1, 400)
+        assert await index.room_to_write(c, "doc9") < 0.5, "400 unindexed: room"
+        await _documents(index, c, 2, 150)  # doc0 again (overwritten) and doc1: 550 points
+        (part,) = engine.collection(c).parts
+        assert part.unindexed() == 550 and not engine.has_room(c, "doc9")
+        builder = Builder(engine)
+        assert builder._due(part), "due at the limit"
+        waiting = asyncio.create_task(index.room_to_write(c, "doc9"))
+        await asyncio.sleep(1.5)
+        assert not waiting.done(), "a bulk writer waits while the build is behind"
+        assert await asyncio.to_thread(builder.build, part)
+        waited = await asyncio.wait_for(waiting, 10)
+        assert waited >= 1.5 and part.unindexed() == 0 and engine.has_room(c, "doc9")
+        # A build that never lands holds a writer for `most` seconds, not for ever.
+        more = [Chunk(i, f"chunk {i} of more", f"m{i}") for i in range(600)]
+        await index.upsert(c, "more", more, [vec(50_000 + i) for i in range(600)])
+        assert not engine.has_room(c, "doc9")
+        assert 0.9 <= await asyncio.wait_for(index.room_to_write(c, "doc9", most=1.0), 5) < 3
+    finally:
+        index.close()
