@@ -24,7 +24,7 @@ from knowledgeops.models.embedding import slug
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 # How often a bulk writer held back by the background build looks again, and for how long at
-# most (a build of a partition took up to ~4 minutes at 1M chunks).
+# most in all for one document (a build of a partition took up to ~4 minutes at 1M chunks).
 ROOM_POLL_SECONDS = 1.0
 ROOM_WAIT_SECONDS = 600.0
 
@@ -179,6 +179,13 @@ class IndexBase:
         while True:
             waited = time.monotonic() - started
             if await self._query(self.engine.has_room, collection, document_id):
+                if waited > ROOM_POLL_SECONDS:
+                    log.info(
+                        "%s waited %.0f s to write: the index's build of %s was behind",
+                        document_id,
+                        waited,
+                        collection,
+                    )
                 return waited
             if waited >= most:
                 # A build that keeps failing must not stop imports: write, unindexed.

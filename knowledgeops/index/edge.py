@@ -383,9 +383,10 @@ class EdgeEngine(Engine):
             coll = self._get(collection)
         except KeyError:
             return True  # a first write creates it
+        if coll.kind != Kind.CHUNKS:
+            return True
         with coll.current() as parts:
-            part = parts[route(key, len(parts))]
-            return coll.kind != Kind.CHUNKS or part.unindexed() <= self.build.unindexed_limit
+            return parts[route(key, len(parts))].unindexed() <= self.build.unindexed_limit
 
     def unindexed(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -13,7 +13,6 @@ engine); the rest of the document's metadata (title, file name) stays in the cat
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +26,11 @@ from knowledgeops.contracts.document_import import (
     UpsertResult,
 )
 from knowledgeops.files.chunk_store import Chunk, ChunkReader
+from knowledgeops.index.base import ROOM_WAIT_SECONDS
 from knowledgeops.index.embedding_cache import EmbeddingCache
 from knowledgeops.index.vector_index import VectorIndex
 from knowledgeops.models.embedding import Embedder, OnWait
 
-log = logging.getLogger(__name__)
 # A document this large writes in bulk: each batch waits while the index's build is too far
 # behind (IndexBase.room_to_write). Smaller ones never wait, so a one-page upload does not
 # queue behind a bulk import.
@@ -138,20 +137,18 @@ async def upsert_chunks(
     checkpoint: UpsertCheckpoint,
     on_batch: Callable[[UpsertCheckpoint], None],
     fields: DocumentFields = DocumentFields(),
+    most_wait: float = ROOM_WAIT_SECONDS,
 ) -> UpsertResult:
     reader = ChunkReader(chunks_dir, req.document_id, req.version)
     collection = req.collection or VectorIndex.collection_name(model_id)
     cache = EmbeddingCache(store, model_id)
     cp = checkpoint
-    bulk = reader.count >= BULK_CHUNKS
+    # What the document may still wait in all: a build that keeps failing must not hold each
+    # of its batches for the longest wait.
+    patience = most_wait if reader.count >= BULK_CHUNKS else 0.0
     for batch in reader.iter_batches(cp.done, req.batch_size):
-        if bulk and (waited := await store.room_to_write(collection, req.document_id)) > 1.0:
-            log.info(
-                "%s waited %.0f s to write: the index's build of %s was behind",
-                req.document_id,
-                waited,
-                collection,
-            )
+        if patience > 0:
+            patience -= await store.room_to_write(collection, req.document_id, most=patience)
         vectors = await cache.get([c.content_hash for c in batch])
         absent = [c.index for c in batch if c.content_hash not in vectors]
         if absent:
