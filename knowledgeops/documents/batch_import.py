@@ -21,7 +21,7 @@ rows taken over meanwhile (a delete, a newer import) are left alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,9 +40,11 @@ from knowledgeops.errors import EmbeddingRejectedError
 from knowledgeops.files import chunk_store, file_store
 from knowledgeops.files.chunk_store import Chunk, ChunkReader
 from knowledgeops.files.data_files import DataFiles
+from knowledgeops.index.base import ROOM_WAIT_SECONDS
 from knowledgeops.index.embedding_cache import EmbeddingCache
 from knowledgeops.index.points import PointFields
 from knowledgeops.index.vector_index import VectorIndex
+from knowledgeops.ingest.embed_upsert import BULK_CHUNKS
 from knowledgeops.ingest.parse_runner import run_parse_chunk_group
 from knowledgeops.ingest.parser_process import BatchParseItem, ParserLimits
 from knowledgeops.models.embedding import Embedder
@@ -67,7 +69,7 @@ class GroupContext:
 
 
 @dataclass
-class _Doc:
+class Doc:
     entry: ManifestEntry
     chunks: list[Chunk] = field(default_factory=list)
     title: str | None = None
@@ -96,14 +98,14 @@ async def import_group(
         req.metadata.owner,
         req.metadata.tags,
     )
-    docs: list[_Doc] = []
+    docs: list[Doc] = []
     for e in here:
         if e.document_id not in owned:
             fail(e, "DocumentBeingDeleted: its delete was asked for during the import")
         elif e.error:
             fail(e, e.error)
         else:
-            docs.append(_Doc(e))
+            docs.append(Doc(e))
 
     ctx.report("parsing", 0)
     docs = await _parse(ctx, req, docs, fail, deferred)
@@ -120,8 +122,42 @@ async def import_group(
 
     ctx.report("indexing", 0)
     staged = {d.entry.document_id for d in docs if d.previous not in (None, req.version)}
-    await ctx.store.upsert_documents(
-        ctx.collection,
+    await write_group(ctx.store, ctx.collection, req, docs, staged, vectors)
+
+    ctx.report("publishing", 0)
+    published = await _publish(ctx, req, docs, staged, failed)
+    chunks = sum(len(d.chunks) for d in docs)
+    ctx.report("published", len(entries))
+    return ImportGroupResult(
+        imported=len(published),
+        failures=list(failed.values()),
+        deferred=deferred,
+        embedded=embedded,
+        reused=chunks - embedded,
+        chunks=chunks,
+    )
+
+
+async def write_group(
+    store: VectorIndex,
+    collection: str,
+    req: ImportGroupRequest,
+    docs: Sequence[Doc],
+    staged: set[str],
+    vectors: Mapping[str, Sequence[float]],
+    most_wait: float = ROOM_WAIT_SECONDS,
+) -> None:
+    """The group's points in one index write (`staged`: the documents whose live version
+    stays searchable until publish)."""
+    if req.batch_total >= BULK_CHUNKS or sum(len(d.chunks) for d in docs) >= BULK_CHUNKS:
+        # A bulk write (each document is a chunk at least) waits while the index's build is
+        # too far behind, as a large document's batches do; its documents route to every
+        # partition, so it waits for all of them.
+        await store.room_to_write(
+            collection, None, most_wait, writer=f"group {req.start}-{req.end} of {req.task_id}"
+        )
+    await store.upsert_documents(
+        collection,
         [
             (
                 PointFields(
@@ -138,21 +174,8 @@ async def import_group(
         ],
     )
 
-    ctx.report("publishing", 0)
-    published = await _publish(ctx, req, docs, staged, failed)
-    chunks = sum(len(d.chunks) for d in docs)
-    ctx.report("published", len(entries))
-    return ImportGroupResult(
-        imported=len(published),
-        failures=list(failed.values()),
-        deferred=deferred,
-        embedded=embedded,
-        reused=chunks - embedded,
-        chunks=chunks,
-    )
 
-
-def _read_chunks(chunks_dir: Path, version: str, docs: list[_Doc], live: dict[str, str]) -> None:
+def _read_chunks(chunks_dir: Path, version: str, docs: list[Doc], live: dict[str, str]) -> None:
     for d in docs:
         doc = d.entry.document_id
         d.previous = live.get(doc) or chunk_store.legacy_live_version(chunks_dir, doc)
@@ -176,10 +199,10 @@ def _deferred(e: ManifestEntry, small_bytes: int) -> DeferredDocument:
 async def _parse(
     ctx: GroupContext,
     req: ImportGroupRequest,
-    docs: list[_Doc],
+    docs: list[Doc],
     fail: Callable[[ManifestEntry, str], None],
     deferred: list[DeferredDocument],
-) -> list[_Doc]:
+) -> list[Doc]:
     """Parse and chunk the documents into their versions' chunk files; those parsed."""
     s = ctx.settings
     paths = [file_store.path_for(s.files_dir, d.entry.file_id) for d in docs]
@@ -226,7 +249,7 @@ async def _parse(
 
 async def _embed(
     ctx: GroupContext,
-    docs: list[_Doc],
+    docs: list[Doc],
     batch_size: int,
     fail: Callable[[ManifestEntry, str], None],
 ) -> tuple[dict[str, list[float]], int]:
@@ -270,7 +293,7 @@ async def _embed_into(
 async def _publish(
     ctx: GroupContext,
     req: ImportGroupRequest,
-    docs: list[_Doc],
+    docs: list[Doc],
     staged: set[str],
     failed: dict[str, BatchFailure],
 ) -> set[str]:

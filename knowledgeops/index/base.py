@@ -169,11 +169,18 @@ class IndexBase:
         return bm25.query_vector(text, self.sparse_model(collection))
 
     async def room_to_write(
-        self, collection: str, document_id: str, most: float = ROOM_WAIT_SECONDS
+        self,
+        collection: str,
+        document_id: str | None,
+        most: float = ROOM_WAIT_SECONDS,
+        *,
+        writer: str | None = None,
     ) -> float:
-        """Wait until a bulk write of the document's points may go ahead (`Engine.has_room`:
-        the embedded engine holds it while its build is too far behind), for `most` seconds
-        at most; the seconds waited."""
+        """Wait until a bulk write of the document's points (None: of documents anywhere in
+        the collection, a batch's group) may go ahead (`Engine.has_room`: the embedded engine
+        holds it while its build is too far behind), for `most` seconds at most; the seconds
+        waited. `writer` names the write in the log (by default the document)."""
+        writer = writer or document_id or "a bulk write"
         started = time.monotonic()
         # Polled: the count changes in the engine's own threads and its builder's child.
         while True:
@@ -182,7 +189,7 @@ class IndexBase:
                 if waited > ROOM_POLL_SECONDS:
                     log.info(
                         "%s waited %.0f s to write: the index's build of %s was behind",
-                        document_id,
+                        writer,
                         waited,
                         collection,
                     )
@@ -192,7 +199,7 @@ class IndexBase:
                 log.warning(
                     "writing %s after %.0f s: the index of %s is still not built; the worker's "
                     "log says why its builds fail or lag",
-                    document_id,
+                    writer,
                     waited,
                     collection,
                 )

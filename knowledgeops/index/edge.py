@@ -378,7 +378,7 @@ class EdgeEngine(Engine):
             cold = [c.path for c in self._collections.values() if c.kind == Kind.VECTORS]
         return release(self._dir, cold)
 
-    def has_room(self, collection: str, key: str) -> bool:
+    def has_room(self, collection: str, key: str | None) -> bool:
         try:
             coll = self._get(collection)
         except KeyError:
@@ -386,7 +386,8 @@ class EdgeEngine(Engine):
         if coll.kind != Kind.CHUNKS:
             return True
         with coll.current() as parts:
-            return parts[route(key, len(parts))].unindexed() <= self.build.unindexed_limit
+            where = parts if key is None else [parts[route(key, len(parts))]]
+            return all(p.unindexed() <= self.build.unindexed_limit for p in where)
 
     def unindexed(self) -> dict[str, int]:
         out: dict[str, int] = {}

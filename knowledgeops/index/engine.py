@@ -190,9 +190,10 @@ class Engine(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def has_room(self, collection: str, key: str) -> bool:
-        """Whether a bulk write of the document `key` should go ahead now (engines that build
-        indexes in the background say no while the build is too far behind)."""
+    def has_room(self, collection: str, key: str | None) -> bool:
+        """Whether a bulk write of the document `key` (None: of documents anywhere in the
+        collection) should go ahead now (engines that build indexes in the background say no
+        while the build is too far behind)."""
         return True
 
     def unindexed(self) -> dict[str, int]:

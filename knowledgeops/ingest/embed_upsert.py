@@ -33,7 +33,8 @@ from knowledgeops.models.embedding import Embedder, OnWait
 
 # A document this large writes in bulk: each batch waits while the index's build is too far
 # behind (IndexBase.room_to_write). Smaller ones never wait, so a one-page upload does not
-# queue behind a bulk import.
+# queue behind a bulk import. A batch import's group of a batch this large (in documents or
+# its own chunks) waits too (documents/batch_import.py).
 BULK_CHUNKS = 1_000
 
 
