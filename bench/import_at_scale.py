@@ -10,8 +10,10 @@ dimensions): each document submitted as a client would (`DocumentService.import_
 second later while the backlog admission refuses it), then Temporal and the worker's parse,
 chunk, embed, upsert and publish steps. Meanwhile: the worker's RSS (peak, and at every 10 % of
 the imports done); one `GET /v1/search?k=10` at a time (80 varied queries in a loop, a pause
-between them); and each import's completion, which gives the chunks/s of every 10 % window and
-overall (first submit to last import completed). The pipeline also writes every vector into
+between them); a one-page note uploaded every few seconds (owned by `carol`), each timed from
+its submission to its import completed (fairness at this size); and each import's completion,
+which gives the chunks/s of every 10 % window and overall (first submit to last import
+completed; the notes are not counted in it). The pipeline also writes every vector into
 the embedding cache: that is part of its cost. After the import: the wait until the background
 builder has indexed it (the unindexed count unchanged for 40 s), then the same searches once
 settled, through the API and (worker stopped) through the engine alone.
@@ -32,12 +34,9 @@ import math
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
 
 from bench.common import (
     MemorySampler,
@@ -47,6 +46,7 @@ from bench.common import (
     worker_process,
     write_corpus,
 )
+from bench.during_import import OnePager, Searcher, submit
 from bench.engine_reference import UPSERT_BATCH, Reference, engine_reference
 from bench.search_latency import (
     ADMIN_TOKEN,
@@ -57,10 +57,8 @@ from bench.search_latency import (
     wait_settled,
 )
 from knowledgeops.config.settings import Settings
-from knowledgeops.contracts.document_import import DocumentMetadata
 from knowledgeops.db.database import Database
 from knowledgeops.runtime.temporal import connect
-from starter.services.admission import BacklogFullError
 from starter.services.document_models import ImportRef
 from starter.services.documents import DocumentService
 from starter.services.task_models import TaskStatus
@@ -68,9 +66,6 @@ from starter.services.tasks import TaskQueueService
 from tests.helpers.fake_openai import FakeOpenAI
 
 RSS_TARGET = 3 * 1024**3
-# A refused submission goes again this soon: the admission re-measures the backlog every 2 s,
-# and a client waiting the advertised 30 s could leave the pipeline idle.
-BACKLOG_RETRY_S = 1.0
 
 
 class _Unrecorded(list[str]):
@@ -91,44 +86,6 @@ def _proc_status(pid: int, key: str) -> int:
 
 
 @dataclass
-class Searcher:
-    """One API search at a time until stopped: latencies (ms) of the answered ones, errors."""
-
-    settings: Settings
-    texts: list[str]
-    pause: float
-    times: list[float] = field(default_factory=list)
-    errors: Counter[str] = field(default_factory=Counter)
-    empty: int = 0
-
-    async def run(self, stop: asyncio.Event) -> None:
-        base = f"http://127.0.0.1:{self.settings.api_port}"
-        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            i = 0
-            while not stop.is_set():
-                q = self.texts[i % len(self.texts)]
-                i += 1
-                t = time.perf_counter()
-                try:
-                    r = await http.get("/v1/search", params={"q": q, "k": 10})
-                    r.raise_for_status()
-                except httpx.HTTPStatusError as e:
-                    self.errors[f"HTTP {e.response.status_code}: {e.response.text[:120]}"] += 1
-                except httpx.HTTPError as e:
-                    self.errors[f"{type(e).__name__}: {e}"] += 1
-                else:
-                    self.times.append((time.perf_counter() - t) * 1000)
-                    self.empty += not r.json()  # before the first publish: nothing to find
-                await asyncio.sleep(self.pause)  # so the searcher does not take a core itself
-
-    def summary(self) -> str:
-        if not self.times:
-            return f"no answered searches, {sum(self.errors.values())} errors"
-        p50, p95 = percentiles(self.times)
-        return f"p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {max(self.times):.0f} ms"
-
-
-@dataclass
 class Imported:
     seconds: float  # first submit to last import completed
     statuses: list[TaskStatus]
@@ -139,26 +96,15 @@ class Imported:
     peak_anonymous: int
 
 
-async def submit(documents: DocumentService, path: Path, owner: str) -> tuple[ImportRef, int]:
-    """Start a document's import as a client would: again while the backlog is full."""
-    refused = 0
-    while True:
-        try:
-            meta = DocumentMetadata(owner=owner)
-            return await documents.import_file(path, metadata=meta), refused
-        except BacklogFullError:
-            refused += 1
-            await asyncio.sleep(BACKLOG_RETRY_S)
-
-
 async def import_watched(
-    settings: Settings, files: list[Path], worker_pid: int, searcher: Searcher
+    settings: Settings, files: list[Path], worker_pid: int, searcher: Searcher, pager: OnePager
 ) -> Imported:
     service = TaskQueueService(await connect(settings), settings)
     db = await Database.open(settings)
     documents = DocumentService(service, db, settings)
     stop = asyncio.Event()
     searching = asyncio.create_task(searcher.run(stop))
+    paging = asyncio.create_task(pager.run(service, documents, stop))
     # Imports completed at which a line is printed: every 10 % of the documents.
     marks = {math.ceil(k * len(files) / 10) for k in range(1, 11)}
     windows: list[tuple[float, int]] = [(0.0, 0)]
@@ -209,7 +155,7 @@ async def import_watched(
         )
     finally:
         stop.set()
-        await asyncio.gather(searching, sampling)
+        await asyncio.gather(searching, sampling, paging)
         await db.close()
     return Imported(
         elapsed,
@@ -269,6 +215,7 @@ def report(
     peak: int,
     parser_peak: int,
     searcher: Searcher,
+    pager: OnePager,
     ref: Reference,
 ) -> None:
     failed = [s for s in run.statuses if s.status != "completed"]
@@ -305,6 +252,7 @@ def report(
     )
     for text, n in searcher.errors.most_common(3):
         print(f"  {n} x {text}")
+    print(f"one-page uploads during the import (one every {pager.gap:.0f} s): {pager.summary()}")
     e_rate = ref.written / ref.seconds if ref.seconds else float("nan")
     print(
         f"engine alone: {ref.written:,} points upserted into a fresh index in batches of "
@@ -319,6 +267,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=84)
     ap.add_argument("--paragraphs", type=int, default=2200, help="per document (~0.27 chunks each)")
     ap.add_argument("--search-interval", type=float, default=0.1, help="pause between searches (s)")
+    ap.add_argument(
+        "--one-page-interval", type=float, default=5.0, help="pause between one-page uploads (s)"
+    )
     ap.add_argument("--keep-log", type=Path, help="copy the worker's log here")
     ap.add_argument(
         "--settle-limit",
@@ -345,7 +296,8 @@ def main() -> None:
                     worker_process(settings, work / "worker.log") as proc,
                     MemorySampler(proc.pid) as mem,
                 ):
-                    run = asyncio.run(import_watched(settings, files, proc.pid, searcher))
+                    pager = OnePager(work / "notes", args.one_page_interval)
+                    run = asyncio.run(import_watched(settings, files, proc.pid, searcher, pager))
                     peak = mem.peak_self()
                     settled = asyncio.run(search_settled(settings, searcher.texts, args))
                     settled.peak = mem.peak_self()
@@ -362,7 +314,7 @@ def main() -> None:
                 alone = asyncio.run(engine_alone(settings, searcher.texts, None))
                 settled.engine, settled.embed_then_engine = alone.engine, alone.embed_then_engine
             ref = asyncio.run(engine_reference(settings, work / "reference", documents))
-            report(args, run, peak, mem.peak_parser, searcher, ref)
+            report(args, run, peak, mem.peak_parser, searcher, pager, ref)
             settled.report()
     finally:
         fake.stop()

@@ -95,7 +95,15 @@ async def wait_settled(settings: Settings, limit: float = 600.0) -> tuple[float,
     last = -1
     async with httpx.AsyncClient(base_url=base, timeout=30, headers=headers) as http:
         while True:
-            r = await http.get("/v1/admin/index")
+            try:
+                r = await http.get("/v1/admin/index")
+            except httpx.TransportError as e:
+                # The worker's event loop can stall for seconds (an Edge flush holds the
+                # interpreter lock: bench/edge_gil.py), and its server then drops a kept-alive
+                # connection as the request arrives; ask again on a new one.
+                print(f"  asking the index's state again: {e!r}", flush=True)
+                await asyncio.sleep(2.0)
+                continue
             r.raise_for_status()
             info = r.json()
             live = [c for c in info["collections"] if c["live"]]
