@@ -70,6 +70,8 @@ class GroupContext:
 
 @dataclass
 class Doc:
+    """A document of the group, filled in as the group's steps go."""
+
     entry: ManifestEntry
     chunks: list[Chunk] = field(default_factory=list)
     title: str | None = None
