@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -111,10 +109,9 @@ class OnePager:
     def summary(self) -> str:
         if not self.times:
             return f"none completed during the import, {len(self.failed)} failed"
-        q = sorted(self.times)
-        p95 = q[min(len(q) - 1, math.ceil(0.95 * len(q)) - 1)]
+        p50, p95 = percentiles(self.times)
         return (
-            f"{len(q)} completed, p50 {statistics.median(q):.1f} s, p95 {p95:.1f} s, "
-            f"max {q[-1]:.1f} s (target p95 < 10 s)"
+            f"{len(self.times)} completed, p50 {p50:.1f} s, p95 {p95:.1f} s, "
+            f"max {max(self.times):.1f} s (target p95 < 10 s)"
             + (f"; {len(self.failed)} FAILED, first: {self.failed[0]}" if self.failed else "")
         )
