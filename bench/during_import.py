@@ -85,6 +85,10 @@ class OnePager:
     gap: float
     times: list[float] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)  # per note: refusals before admission
+    # Per completed note: its task id, when it was first submitted (epoch ns, as spans count),
+    # and its seconds to completed.
+    notes: list[tuple[str, int, float]] = field(default_factory=list)
 
     async def run(
         self, service: TaskQueueService, documents: DocumentService, stop: asyncio.Event
@@ -98,13 +102,15 @@ class OnePager:
             note = self.folder / f"note-{i:04d}.txt"
             note.write_text(f"Note {i}: a one-page note about review interval {i * 7} days.\n")
             i += 1
-            started = time.perf_counter()
-            ref, _ = await submit(documents, note, "carol")
+            started, started_ns = time.perf_counter(), time.time_ns()
+            ref, refused = await submit(documents, note, "carol")
+            self.refused.append(refused)
             status = await service.wait(ref.task_id, timeout=3600)
             if status.status != "completed":
                 self.failed.append(f"{status.status}: {status.last_error}")
             else:
                 self.times.append(time.perf_counter() - started)
+                self.notes.append((ref.task_id, started_ns, self.times[-1]))
 
     def summary(self) -> str:
         if not self.times:
@@ -114,4 +120,10 @@ class OnePager:
             f"{len(self.times)} completed, p50 {p50:.1f} s, p95 {p95:.1f} s, "
             f"max {max(self.times):.1f} s (target p95 < 10 s)"
             + (f"; {len(self.failed)} FAILED, first: {self.failed[0]}" if self.failed else "")
+            + (
+                f"; {sum(n > 0 for n in self.refused)} refused by the backlog admission first "
+                f"(at most {max(self.refused)} times)"
+                if any(self.refused)
+                else ""
+            )
         )

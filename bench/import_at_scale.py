@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import shutil
 import tempfile
@@ -38,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import note_traces
 from bench.common import (
     MemorySampler,
     bench_settings,
@@ -64,6 +66,7 @@ from starter.services.documents import DocumentService
 from starter.services.task_models import TaskStatus
 from starter.services.tasks import TaskQueueService
 from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.trace_collector import TraceCollector
 
 RSS_TARGET = 3 * 1024**3
 
@@ -272,6 +275,9 @@ def main() -> None:
     )
     ap.add_argument("--keep-log", type=Path, help="copy the worker's log here")
     ap.add_argument(
+        "--trace-notes", action="store_true", help="trace the one-page uploads (bench.note_traces)"
+    )
+    ap.add_argument(
         "--settle-limit",
         type=float,
         default=1800.0,
@@ -281,15 +287,24 @@ def main() -> None:
     unrecorded: dict[str, list[str]] = {"fake-embed": _Unrecorded()}
     fake = FakeOpenAI(dim=512, inputs=_Unrecorded(), inputs_by_model=unrecorded).start()
     provider = fake.embedding_settings()
+    collector = TraceCollector() if args.trace_notes else None
+    traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url} if collector else {}
     try:
-        with tempfile.TemporaryDirectory(prefix="ko-bench-scale-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="ko-bench-scale-") as tmp,
+            collector or contextlib.nullcontext(),
+        ):
             work = Path(tmp)
             t = time.perf_counter()
             files = write_corpus(work / "corpus", args.docs, args.paragraphs)
             print(f"corpus written in {time.perf_counter() - t:.0f} s; importing ...", flush=True)
             with temporal_server(work) as server:
                 settings = bench_settings(
-                    work / "data", server.address, ADMIN_TOKENS=f"{ADMIN_TOKEN}:bench", **provider
+                    work / "data",
+                    server.address,
+                    ADMIN_TOKENS=f"{ADMIN_TOKEN}:bench",
+                    **provider,
+                    **traced,
                 )
                 searcher = Searcher(settings, queries(80), args.search_interval)
                 with (
@@ -316,6 +331,8 @@ def main() -> None:
             ref = asyncio.run(engine_reference(settings, work / "reference", documents))
             report(args, run, peak, mem.peak_parser, searcher, pager, ref)
             settled.report()
+            if collector:
+                note_traces.report(collector.spans, pager.notes)
     finally:
         fake.stop()
 

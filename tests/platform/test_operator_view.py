@@ -5,9 +5,7 @@ logs the task each line was written for."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
-from typing import Any
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
@@ -30,6 +28,7 @@ from tests.helpers.environment import (
 )
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.model_answers import Fault
+from tests.helpers.trace_collector import TraceCollector
 from tests.helpers.waiting import eventually
 
 
@@ -154,52 +153,12 @@ def _samples(text: str) -> dict[str, float]:
     return out
 
 
-class _Collector:
-    """An OTLP/HTTP trace receiver on loopback: keeps every span it is sent."""
-
-    def __init__(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-
-        self.spans: list[Any] = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest.FromString(body)
-                for resource in request.resource_spans:
-                    for scope in resource.scope_spans:
-                        collector.spans.extend(scope.spans)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> _Collector:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 async def test_a_trace_runs_from_the_upload_through_the_workflow_to_its_activities(
     settings: Settings, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
     """OTEL_EXPORTER_OTLP_ENDPOINT set: the worker (serving the API) sends one trace per
     upload over OTLP/HTTP, from the request through the workflow to each activity."""
-    with _Collector() as collector:
+    with TraceCollector() as collector:
         cfg = openai_settings(settings, fake_openai, otel_exporter_otlp_endpoint=collector.url)
         # The worker's clean stop at the end of the block flushes the spans still buffered.
         async with worker_serving_api(cfg, tmp_path / "worker.log") as (http, api):
