@@ -43,6 +43,7 @@ from knowledgeops.registry.task_types import (
     load,
     pool_queues,
 )
+from knowledgeops.runtime.express import ExpressInterceptor
 from knowledgeops.runtime.operator_actions import OperatorActions
 from knowledgeops.runtime.outages import OutageInterceptor
 from knowledgeops.runtime.resources import Resources, open_resources
@@ -152,7 +153,8 @@ def build_workers(
                 seconds=resources.settings.worker_shutdown_grace_seconds
             ),
             # An unreachable service is waited out, not failed on (knowledgeops/runtime/outages.py).
-            interceptors=[outages],
+            # Express tasks' writes go first (knowledgeops/runtime/express.py).
+            interceptors=[outages, ExpressInterceptor()],
         )
         for queue, plan in plan_queues(resources, pools).items()
     ]

@@ -40,6 +40,7 @@ from knowledgeops.db.migrations import (
     require_head,
 )
 from knowledgeops.db.sql import Base
+from knowledgeops.db.write_turns import EXPRESS, WriteTurns
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -66,10 +67,10 @@ class Database:
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
         # SQLite has one writer at a time, and a writer that finds the file locked backs off
         # in sleeps of up to 100 ms, far longer than our writes take. Writers of this process
-        # (many imports recording events at once, audit records) take turns here instead;
-        # writers in other processes still meet the back-off.
+        # (many imports recording events at once, audit records) take turns here instead,
+        # express tasks' first; writers in other processes still meet the back-off.
         self.sqlite = engine.dialect.name == "sqlite"
-        self._write_lock = asyncio.Lock() if self.sqlite else None
+        self._turns = WriteTurns() if self.sqlite else None
         # SQLite's short reads on the query path (a search's labels) run on a plain connection
         # of their own thread: see `sqlite_rows`.
         self._reader: sqlite3.Connection | None = None
@@ -79,8 +80,8 @@ class Database:
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A write transaction (committed on exit)."""
         async with contextlib.AsyncExitStack() as stack:
-            if self._write_lock is not None:
-                await stack.enter_async_context(self._write_lock)
+            if self._turns is not None:
+                await stack.enter_async_context(self._turns.turn(EXPRESS.get()))
             yield await stack.enter_async_context(self.sessions.begin())
 
     @classmethod

@@ -21,6 +21,7 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from knowledgeops.registry.task_types import REGISTRY, load
+from knowledgeops.runtime.express import ExpressInterceptor
 from starter.services.task_queries import execution_log
 from tests.helpers.environment import EXAMPLES, HISTORIES, Env
 from workflows.document_import import DocumentImportWorkflow
@@ -38,6 +39,7 @@ async def test_recorded_histories_of_every_workflow_type_replay() -> None:
         data_converter=pydantic_data_converter,
         workflow_runner=sandboxed,
         unsandboxed_workflow_runner=sandboxed,
+        interceptors=[ExpressInterceptor()],  # as the worker runs them
     )
     failures = {}
     for name, path in recorded.items():
@@ -101,6 +103,7 @@ async def test_import_histories_replay_in_the_sandbox(env: Env, tmp_path: Path) 
         workflow_runner=sandboxed,
         # DocumentImport is declared unsandboxed; replay it in the sandbox anyway.
         unsandboxed_workflow_runner=sandboxed,
+        interceptors=[ExpressInterceptor()],
     )
     failures = {}
     for history in histories:
