@@ -4,24 +4,13 @@ Runs on SQLite, and on PostgreSQL when KNOWLEDGEOPS_TEST_POSTGRES_URL is set (CI
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 
 from knowledgeops.config.settings import Settings
-from knowledgeops.contracts.events import EventType, TaskEvent
+from knowledgeops.contracts.events import EventType
 from knowledgeops.db.audit import AuditLog
 from knowledgeops.db.database import Database
 from knowledgeops.db.events import EventStore
-
-
-def event(task: str, kind: EventType, n: int = 0) -> TaskEvent:
-    return TaskEvent(
-        event_id=f"{task}/run/{kind.value}",
-        event_type=kind,
-        task_id=task,
-        run_id="run",
-        task_type="REPORT_GENERATE",
-        at=datetime.now(UTC) + timedelta(milliseconds=n),
-    )
+from tests.helpers.task_events import event
 
 
 async def test_events_are_stored_once_per_id_in_order(settings: Settings) -> None:

@@ -20,7 +20,7 @@ from knowledgeops.registry.spec import EXPRESS_PRIORITY
 from knowledgeops.runtime.express import ExpressInterceptor
 from knowledgeops.runtime.temporal import connect
 from tests.helpers.express_probe import ReportsExpress, marked_express
-from tests.platform.test_database import event
+from tests.helpers.task_events import event
 
 
 async def test_an_express_tasks_local_and_queued_activities_run_express(
