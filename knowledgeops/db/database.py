@@ -40,7 +40,8 @@ from knowledgeops.db.migrations import (
     require_head,
 )
 from knowledgeops.db.sql import Base
-from knowledgeops.db.write_turns import EXPRESS, WriteTurns
+from knowledgeops.db.write_turns import write_turn
+from knowledgeops.turns import SmallestFirst
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -70,7 +71,7 @@ class Database:
         # (many imports recording events at once, audit records) take turns here instead,
         # express tasks' first; writers in other processes still meet the back-off.
         self.sqlite = engine.dialect.name == "sqlite"
-        self._turns = WriteTurns() if self.sqlite else None
+        self._turns = SmallestFirst() if self.sqlite else None
         # SQLite's short reads on the query path (a search's labels) run on a plain connection
         # of their own thread: see `sqlite_rows`.
         self._reader: sqlite3.Connection | None = None
@@ -81,7 +82,7 @@ class Database:
         """A write transaction (committed on exit)."""
         async with contextlib.AsyncExitStack() as stack:
             if self._turns is not None:
-                await stack.enter_async_context(self._turns.turn(EXPRESS.get()))
+                await stack.enter_async_context(write_turn(self._turns))
             yield await stack.enter_async_context(self.sessions.begin())
 
     @classmethod

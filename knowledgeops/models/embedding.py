@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
-import contextlib
-import heapq
 import itertools
 import json
 import logging
@@ -20,7 +18,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
@@ -33,6 +31,7 @@ from knowledgeops.errors import EmbeddingRejectedError, EmbeddingUnavailableErro
 from knowledgeops.models.retry_after import retry_after_seconds as _retry_after_seconds
 from knowledgeops.observability import metrics
 from knowledgeops.process_guard import die_with_parent
+from knowledgeops.turns import SmallestFirst
 
 log = logging.getLogger(__name__)
 
@@ -98,42 +97,6 @@ def split_evenly(texts: Sequence[str], parts: int) -> list[list[str]]:
         cuts.append(min(max(cut, cuts[-1] + 1), len(texts) - (parts - k)))
     cuts.append(len(texts))
     return [list(texts[a:b]) for a, b in itertools.pairwise(cuts)]
-
-
-class SmallestFirst:
-    """A lock whose waiters are served fewest texts first (then in arrival order): a small
-    document's one batch does not queue behind every bulk import's full batches."""
-
-    def __init__(self) -> None:
-        self._busy = False
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._arrivals = 0
-
-    @contextlib.asynccontextmanager
-    async def hold(self, size: int) -> AsyncIterator[None]:
-        if self._busy:
-            granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._arrivals += 1
-            heapq.heappush(self._waiters, (size, self._arrivals, granted))
-            try:
-                await granted
-            except asyncio.CancelledError:
-                if granted.done() and not granted.cancelled():
-                    self._release()  # handed over just as we were cancelled: pass it on
-                raise
-        self._busy = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        while self._waiters:
-            granted = heapq.heappop(self._waiters)[2]
-            if not granted.done():
-                granted.set_result(None)  # stays busy: handed over
-                return
-        self._busy = False
 
 
 class LocalEmbedder:

@@ -113,7 +113,7 @@ def test_provider_settings_are_checked(settings: Settings, fake_openai: FakeOpen
 async def test_local_model_serves_the_smallest_waiting_request_first() -> None:
     """A small document's one batch goes ahead of bulk imports' full batches (fair scheduling);
     a waiter cancelled in the queue never gets or blocks the model."""
-    from knowledgeops.models.embedding import SmallestFirst
+    from knowledgeops.turns import SmallestFirst
 
     turn, order, arrived = SmallestFirst(), [], []
     go = asyncio.Event()  # bulk-0 holds the model until then, however slow the machine

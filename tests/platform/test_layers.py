@@ -20,7 +20,7 @@ CORE = ROOT / "knowledgeops"
 # be placed here: the test fails for one it does not know.
 LAYERS: list[set[str]] = [
     {"contracts"},
-    {"errors", "storage", "process_guard"},
+    {"errors", "storage", "process_guard", "turns"},
     {"formats", "registry"},
     {"config"},
     {"observability"},
