@@ -88,26 +88,36 @@ def temporal_server(workdir: Path) -> Iterator[TemporalDevServer]:
 
 
 class MemorySampler:
-    """Peak RSS of a process and, separately, of its children: the parser subprocesses and
-    the local embedding model's process."""
+    """Peak RSS of a process and, separately, of its children: the parser subprocesses, the
+    local embedding model's process and the index's process (INDEX_PROCESS), and of the
+    process and its index's process together, sampled at the same moments."""
 
     def __init__(self, pid: int, interval: float = 0.25) -> None:
         self.proc = psutil.Process(pid)
         self.interval = interval
         self.peak_parser = 0
         self.peak_embedder = 0
+        self.peak_index = 0
+        self.peak_with_index = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                own = self.proc.memory_info().rss
+                index = 0
                 for child in self.proc.children(recursive=True):
                     rss = child.memory_info().rss
-                    if "parser_process" in " ".join(child.cmdline()):
+                    command = " ".join(child.cmdline())
+                    if "parser_process" in command:
                         self.peak_parser = max(self.peak_parser, rss)
-                    else:
+                    elif "index.engine_process" in command:
+                        index += rss
+                    elif "edge_build_process" not in command:
                         self.peak_embedder = max(self.peak_embedder, rss)
+                self.peak_index = max(self.peak_index, index)
+                self.peak_with_index = max(self.peak_with_index, own + index)
             except psutil.Error:
                 pass  # a child ended between listing and sampling
             time.sleep(self.interval)

@@ -8,10 +8,11 @@ A generated corpus (0.274 chunks a paragraph, measured; half the documents owned
 is imported by a worker process embedding with an instant server (the tests' fake, 512
 dimensions): each document submitted as a client would (`DocumentService.import_file`, again a
 second later while the backlog admission refuses it), then Temporal and the worker's parse,
-chunk, embed, upsert and publish steps. Meanwhile: the worker's RSS (peak, and at every 10 % of
-the imports done); one `GET /v1/search?k=10` at a time (80 varied queries in a loop, a pause
-between them); a one-page note uploaded every few seconds (owned by `carol`), each timed from
-its submission to its import completed (fairness at this size); and each import's completion,
+chunk, embed, upsert and publish steps. Meanwhile: the worker's RSS, with its index's process
+(INDEX_PROCESS) counted in (peak, and at every 10 % of the imports done); one
+`GET /v1/search?k=10` at a time (80 varied queries in a loop, a pause between them); a
+one-page note uploaded every few seconds (owned by `carol`), each timed from its submission
+to its import completed (fairness at this size); and each import's completion,
 which gives the chunks/s of every 10 % window and overall (first submit to last import
 completed; the notes are not counted in it). The pipeline also writes every vector into
 the embedding cache: that is part of its cost. After the import: the wait until the background
@@ -38,6 +39,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from bench import note_traces
 from bench.common import (
@@ -81,11 +84,21 @@ class _Unrecorded(list[str]):
 
 def _proc_status(pid: int, key: str) -> int:
     """A /proc/<pid>/status figure in bytes: VmRSS (resident now), RssAnon (of it, not file
-    pages: the index's mapped files are counted in VmRSS and reclaimable)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{key}:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    pages: the index's mapped files are counted in VmRSS and reclaimable); with the index in a
+    process of its own (INDEX_PROCESS, the default), the worker's and that process's together."""
+    total = 0
+    for p in [pid] + [c.pid for c in psutil.Process(pid).children() if _is_index(c)]:
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _is_index(child: psutil.Process) -> bool:
+    try:
+        return "index.engine_process" in " ".join(child.cmdline())
+    except psutil.Error:
+        return False
 
 
 @dataclass
@@ -278,6 +291,12 @@ def main() -> None:
         "--trace-notes", action="store_true", help="trace the one-page uploads (bench.note_traces)"
     )
     ap.add_argument(
+        "--index-in-worker",
+        action="store_true",
+        help="the index in the worker process itself (INDEX_PROCESS=false; by default it runs "
+        "in a child of the worker, and RSS figures are the two processes' together)",
+    )
+    ap.add_argument(
         "--settle-limit",
         type=float,
         default=1800.0,
@@ -303,6 +322,7 @@ def main() -> None:
                     work / "data",
                     server.address,
                     ADMIN_TOKENS=f"{ADMIN_TOKEN}:bench",
+                    INDEX_PROCESS=not args.index_in_worker,
                     **provider,
                     **traced,
                 )
@@ -313,9 +333,16 @@ def main() -> None:
                 ):
                     pager = OnePager(work / "notes", args.one_page_interval)
                     run = asyncio.run(import_watched(settings, files, proc.pid, searcher, pager))
-                    peak = mem.peak_self()
+                    # With the index in a process of its own, the two sampled together (each
+                    # process's own peak, VmHWM, may fall at different moments).
+                    peak = max(mem.peak_self(), mem.peak_with_index)
                     settled = asyncio.run(search_settled(settings, searcher.texts, args))
-                    settled.peak = mem.peak_self()
+                    settled.peak = max(mem.peak_self(), mem.peak_with_index)
+                    if mem.peak_index:
+                        print(
+                            f"worker peak RSS alone {mb(mem.peak_self())}; index process peak "
+                            f"{mb(mem.peak_index)}; the two together (sampled) {mb(peak)}"
+                        )
                 if any(s.status != "completed" for s in run.statuses):
                     print((work / "worker.log").read_text()[-3000:])
                 if args.keep_log:
@@ -325,10 +352,12 @@ def main() -> None:
                 for s in run.statuses
                 if (r := s.result)
             ]
+            # The references are the engine in this process, whatever the worker ran.
+            plain = settings.model_copy(update={"index_process": False})
             if settled.api:
-                alone = asyncio.run(engine_alone(settings, searcher.texts, None))
+                alone = asyncio.run(engine_alone(plain, searcher.texts, None))
                 settled.engine, settled.embed_then_engine = alone.engine, alone.embed_then_engine
-            ref = asyncio.run(engine_reference(settings, work / "reference", documents))
+            ref = asyncio.run(engine_reference(plain, work / "reference", documents))
             report(args, run, peak, mem.peak_parser, searcher, pager, ref)
             settled.report()
             if collector:

@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     # answers meanwhile, scanning the unindexed points exactly.
     index_build_points: int = Field(default=10_000, ge=1_000, alias="INDEX_BUILD_POINTS")
     index_idle_seconds: float = Field(default=30.0, gt=0, alias="INDEX_IDLE_SECONDS")
+    # The embedded engine in a child process of the one that owns the index: its every call
+    # holds the interpreter lock, and in the worker itself (false) each stalls the event loop
+    # while it runs (knowledgeops/index/engine_process.py).
+    index_process: bool = Field(default=True, alias="INDEX_PROCESS")
     # Hybrid search: how the dense and the keyword ranking are fused (docs/benchmarks.md,
     # "Search quality", measured the defaults).
     search_fusion: Literal["convex", "rrf"] = Field(default="convex", alias="SEARCH_FUSION")

@@ -38,10 +38,16 @@ def open_index(settings: Settings, *, build: bool = True) -> VectorIndex:
     from knowledgeops.index.edge_builder import Builder
     from knowledgeops.index.edge_mapping import BuildSettings
 
-    edge = EdgeEngine(
-        settings.index_path,
-        BuildSettings(points=settings.index_build_points, idle_seconds=settings.index_idle_seconds),
+    build_settings = BuildSettings(
+        points=settings.index_build_points, idle_seconds=settings.index_idle_seconds
     )
+    if settings.index_process:
+        from knowledgeops.index.engine_client import EngineClient
+
+        # The child runs the builder beside the engine it builds for.
+        client = EngineClient(settings.index_path, build_settings, builder=build)
+        return VectorIndex(client, fusion=fusion)
+    edge = EdgeEngine(settings.index_path, build_settings)
     index = VectorIndex(edge, fusion=fusion)
     if build:
         builder = Builder(edge)

@@ -1,4 +1,5 @@
-"""The index contract, run on every engine available: the embedded Qdrant Edge always; the server
+"""The index contract, run on every engine available: the embedded Qdrant Edge always, in this
+process and in a child of its own (INDEX_PROCESS); the server
 engine always over qdrant-client's local mode (the same client calls, answered in process), and
 on a real Qdrant server when QDRANT_URL is set. Real engines, real vectors (small, deterministic
 ones)."""
@@ -18,6 +19,7 @@ from knowledgeops.files.chunk_store import Chunk
 from knowledgeops.index.bm25 import LEGACY_SPARSE_MODEL, SPARSE_MODEL, SPARSE_MODEL_KEY
 from knowledgeops.index.edge import EdgeEngine
 from knowledgeops.index.engine import Engine, IndexOutdatedError, Kind
+from knowledgeops.index.engine_client import EngineClient
 from knowledgeops.index.vector_index import Scope, VectorIndex
 from tests.helpers.vectors import DIM, vec
 
@@ -27,6 +29,8 @@ QDRANT_URL = os.environ.get("QDRANT_URL", "")
 def _engine(kind: str, tmp: Path) -> Engine:
     if kind == "edge":
         return EdgeEngine(tmp / "index")
+    if kind == "edge-process":
+        return EngineClient(tmp / "index")
     from qdrant_client import QdrantClient
 
     from knowledgeops.index.server import ServerEngine
@@ -47,7 +51,7 @@ LOCAL = pytest.param(
 )
 
 
-@pytest.fixture(params=["edge", LOCAL, "server"])
+@pytest.fixture(params=["edge", "edge-process", LOCAL, "server"])
 async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
     ix = VectorIndex(_engine(request.param, tmp_path))
     yield ix
