@@ -35,6 +35,8 @@ async def engine_reference(
     consecutive chunks, by their ids) and written into a fresh index: only the writes timed."""
     # No builder on the source: it would index what the worker left unindexed, on the cores
     # the timed writes need. The fresh index has one, as the worker's has.
+    # The engine in this process, whatever the worker ran (INDEX_PROCESS).
+    settings = settings.model_copy(update={"index_process": False})
     source = open_index(settings, build=False)
     fresh = open_index(settings.model_copy(update={"data_dir": fresh_dir}))
     try:

@@ -352,12 +352,10 @@ def main() -> None:
                 for s in run.statuses
                 if (r := s.result)
             ]
-            # The references are the engine in this process, whatever the worker ran.
-            plain = settings.model_copy(update={"index_process": False})
             if settled.api:
-                alone = asyncio.run(engine_alone(plain, searcher.texts, None))
+                alone = asyncio.run(engine_alone(settings, searcher.texts, None))
                 settled.engine, settled.embed_then_engine = alone.engine, alone.embed_then_engine
-            ref = asyncio.run(engine_reference(plain, work / "reference", documents))
+            ref = asyncio.run(engine_reference(settings, work / "reference", documents))
             report(args, run, peak, mem.peak_parser, searcher, pager, ref)
             settled.report()
             if collector:

@@ -152,7 +152,9 @@ class Reference:
 
 
 async def engine_alone(settings: Settings, texts: list[str], owner: str | None) -> Reference:
-    index = open_index(settings)
+    # The engine in this process, whatever the worker ran (INDEX_PROCESS): the reference is the
+    # engine itself, not a trip to another process.
+    index = open_index(settings.model_copy(update={"index_process": False}))
     embedder = make_embedder(settings)
     try:
         live = await live_index(index, embedder.model_id)
