@@ -67,6 +67,7 @@ class EngineClient(Engine):
         self._changes = 0
         self._alias_guard = threading.Lock()
         self._created: set[str] = set()  # collections this client made or found made
+        self._sparse: set[str] = set()  # of those, the ones found with keyword vectors
         self._folder = Path(tempfile.mkdtemp(prefix="ko-index-"))
         self._child: subprocess.Popen[bytes] | None = None
         self._key = b""
@@ -184,7 +185,15 @@ class EngineClient(Engine):
         return result
 
     def exists(self, name: str) -> bool:
-        return bool(self._call("exists", name))
+        # Every search asks (and whether it has keyword vectors, below): answered here, a
+        # search makes two trips to the child instead of four. A collection exists until this
+        # process drops it.
+        if name in self._created:
+            return True
+        found = bool(self._call("exists", name))
+        if found:
+            self._created.add(name)
+        return found
 
     def create(
         self, name: str, kind: Kind, dimension: int, metadata: dict[str, Any] | None = None
@@ -198,13 +207,20 @@ class EngineClient(Engine):
 
     def drop(self, name: str) -> bool:
         self._created.discard(name)
+        self._sparse.discard(name)
         return bool(self._change("drop", name))
 
     def dimension(self, name: str) -> int:
         return int(self._call("dimension", name))
 
     def has_sparse(self, name: str) -> bool:
-        return bool(self._call("has_sparse", name))
+        # Fixed for a collection's life (a re-index makes a new one).
+        if name in self._sparse:
+            return True
+        found = bool(self._call("has_sparse", name))
+        if found:
+            self._sparse.add(name)
+        return found
 
     def metadata(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("metadata", name)
