@@ -188,12 +188,7 @@ class EngineClient(Engine):
         # Every search asks (and whether it has keyword vectors, below): answered here, a
         # search makes two trips to the child instead of four. A collection exists until this
         # process drops it.
-        if name in self._created:
-            return True
-        found = bool(self._call("exists", name))
-        if found:
-            self._created.add(name)
-        return found
+        return self._once_true(self._created, "exists", name)
 
     def create(
         self, name: str, kind: Kind, dimension: int, metadata: dict[str, Any] | None = None
@@ -215,11 +210,15 @@ class EngineClient(Engine):
 
     def has_sparse(self, name: str) -> bool:
         # Fixed for a collection's life (a re-index makes a new one).
-        if name in self._sparse:
+        return self._once_true(self._sparse, "has_sparse", name)
+
+    def _once_true(self, known: set[str], call: str, name: str) -> bool:
+        """The child's yes to `call`, remembered in `known` until this process drops `name`."""
+        if name in known:
             return True
-        found = bool(self._call("has_sparse", name))
+        found = bool(self._call(call, name))
         if found:
-            self._sparse.add(name)
+            known.add(name)
         return found
 
     def metadata(self, name: str) -> dict[str, Any]:

@@ -32,31 +32,12 @@ from knowledgeops.index.engine import Engine
 log = logging.getLogger("knowledgeops.index.engine_process")
 
 KEY_VARIABLE = "KNOWLEDGEOPS_ENGINE_KEY"
-# What a client may call: the Engine interface, nothing else of the objects behind it.
+# What a client may call: the Engine interface (its public methods but close, which the client
+# asks for with CLOSE), nothing else of the objects behind it.
 CALLS = frozenset(
-    {
-        "collections",
-        "exists",
-        "create",
-        "drop",
-        "dimension",
-        "has_sparse",
-        "metadata",
-        "set_metadata",
-        "alias",
-        "set_alias",
-        "aliased",
-        "upsert",
-        "retrieve",
-        "count",
-        "delete",
-        "set_payload",
-        "delete_payload",
-        "scroll",
-        "query",
-        "has_room",
-        "unindexed",
-    }
+    name
+    for name in dir(Engine)
+    if not name.startswith("_") and callable(getattr(Engine, name)) and name != "close"
 )
 CLOSE = "close"
 
